@@ -1,0 +1,192 @@
+//! An async, pipelining client for the chunk service.
+//!
+//! Each client keeps a few TCP connections to one datapathd and spreads batches over
+//! them round-robin; on each connection, batches are pipelined and matched to their
+//! responses by request id. A broken connection fails its outstanding calls and is
+//! re-dialled on the next call, so a restarted datapathd is picked up without help.
+
+use crate::codec::{decode_frame, encode_request_batch};
+use crate::{ProtoError, Request, Response};
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Vec<Response>, ProtoError>>>>>;
+
+struct Call {
+    request_id: u64,
+    parts: Vec<bytes::Bytes>,
+}
+
+#[derive(Clone)]
+struct Conn {
+    tx: mpsc::Sender<Call>,
+    pending: Pending,
+}
+
+/// A client of one datapathd's chunk service.
+#[derive(Clone)]
+pub struct ChunkClient {
+    addr: String,
+    timeout: Duration,
+    slots: Arc<Vec<tokio::sync::Mutex<Option<Conn>>>>,
+    next_slot: Arc<AtomicUsize>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for ChunkClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkClient")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl ChunkClient {
+    /// A client for the service at `addr` with `connections` TCP connections, each
+    /// opened lazily. Calls fail after `timeout` without an answer.
+    pub fn new(addr: impl Into<String>, connections: usize, timeout: Duration) -> Self {
+        let slots = (0..connections.max(1))
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
+        ChunkClient {
+            addr: addr.into(),
+            timeout,
+            slots: Arc::new(slots),
+            next_slot: Arc::new(AtomicUsize::new(0)),
+            next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// The address this client calls.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends one batch and waits for its results, in request order.
+    pub async fn call(&self, ops: Vec<Request>) -> Result<Vec<Response>, ProtoError> {
+        let n = ops.len();
+        let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let parts = encode_request_batch(request_id, &ops)?;
+        drop(ops);
+        let conn = self.conn().await?;
+        let (tx, rx) = oneshot::channel();
+        lock(&conn.pending).insert(request_id, tx);
+        if conn.tx.send(Call { request_id, parts }).await.is_err() {
+            lock(&conn.pending).remove(&request_id);
+            return Err(ProtoError::Closed);
+        }
+        let res = match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(res)) => res,
+            Ok(Err(_)) => Err(ProtoError::Closed),
+            Err(_) => {
+                lock(&conn.pending).remove(&request_id);
+                Err(ProtoError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("chunk service {} did not answer in time", self.addr),
+                )))
+            }
+        }?;
+        if res.len() != n {
+            return Err(ProtoError::Mismatch(
+                "result count differs from request count",
+            ));
+        }
+        Ok(res)
+    }
+
+    async fn conn(&self) -> Result<Conn, ProtoError> {
+        let i = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let mut slot = self.slots[i].lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.tx.is_closed() {
+                return Ok(c.clone());
+            }
+        }
+        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| {
+                ProtoError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connect to {} timed out", self.addr),
+                ))
+            })??;
+        stream.set_nodelay(true)?;
+        let conn = spawn_conn(stream);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned map only means another task panicked mid-insert; the map is
+    // still consistent for our use (insert/remove of whole entries).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn spawn_conn(stream: TcpStream) -> Conn {
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Call>(256);
+    let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+
+    let fail_all = |pending: &Pending, why: &str| {
+        let drained: Vec<_> = lock(pending).drain().collect();
+        for (_, tx) in drained {
+            let _ = tx.send(Err(ProtoError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                why.to_string(),
+            ))));
+        }
+    };
+
+    let p = pending.clone();
+    let writer = tokio::spawn(async move {
+        while let Some(call) = rx.recv().await {
+            for part in &call.parts {
+                if let Err(e) = wr.write_all(part).await {
+                    tracing::warn!(
+                        request_id = call.request_id,
+                        "chunk client write failed: {e}"
+                    );
+                    fail_all(&p, "write to chunk service failed");
+                    return;
+                }
+            }
+        }
+    });
+
+    let p = pending.clone();
+    tokio::spawn(async move {
+        let mut buf = BytesMut::with_capacity(1 << 20);
+        let why = loop {
+            match decode_frame(&mut buf) {
+                Ok(Some(frame)) => {
+                    let res = frame.responses();
+                    if let Some(tx) = lock(&p).remove(&frame.request_id) {
+                        let _ = tx.send(res);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => break format!("bad frame from chunk service: {e}"),
+            }
+            if buf.capacity() - buf.len() < 64 << 10 {
+                buf.reserve(1 << 20);
+            }
+            match rd.read_buf(&mut buf).await {
+                Ok(0) => break "chunk service closed the connection".to_string(),
+                Ok(_) => {}
+                Err(e) => break format!("read from chunk service failed: {e}"),
+            }
+        };
+        writer.abort();
+        fail_all(&p, &why);
+    });
+
+    Conn { tx, pending }
+}

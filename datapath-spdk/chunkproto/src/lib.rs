@@ -1,0 +1,296 @@
+//! The chunk service's wire protocol.
+//!
+//! `datapathd` serves chunks over TCP; `mgmtd` (and later the peers) call it. This
+//! crate owns the frame format, its codec and an async client. It knows nothing of
+//! objects, buckets or placement, and it must never trust a byte it decodes: every
+//! length is checked against the frame before it is used, so a hostile peer can
+//! only earn itself a closed connection.
+//!
+//! # Frame
+//!
+//! All integers are little-endian.
+//!
+//! ```text
+//! u32 len          bytes that follow this field (at most MAX_FRAME)
+//! u8  version      PROTOCOL_VERSION
+//! u8  kind         1 = request batch, 2 = response batch
+//! u16 count        operations in the batch
+//! u64 request_id   echoed in the response; lets a connection pipeline batches
+//! ... count operations
+//! ```
+//!
+//! A batch amortises one round trip and one reactor wake-up over many chunks (all the
+//! fragments of a stripe, say); responses come back in request order.
+
+mod client;
+mod codec;
+
+pub use client::ChunkClient;
+pub use codec::{
+    decode_frame, encode_request_batch, encode_response_batch, Frame, FrameKind, MAX_FRAME,
+    MAX_OPS, PROTOCOL_VERSION,
+};
+
+use bytes::Bytes;
+use std::fmt;
+
+/// Errors of the chunk protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    /// The peer sent a frame that does not parse; the connection must be closed.
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+    /// The frame announces more bytes than any valid frame may have.
+    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    /// The peer speaks another protocol version.
+    #[error("unsupported protocol version {0}")]
+    Version(u8),
+    /// The connection failed or closed.
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    /// The server answered with a batch that does not match the request.
+    #[error("response does not match request: {0}")]
+    Mismatch(&'static str),
+    /// The connection closed while a call was outstanding.
+    #[error("connection to chunk service closed")]
+    Closed,
+}
+
+/// A chunk's identity: 128 bits chosen by the caller (mgmtd derives it from the
+/// object version, the stripe and the fragment index).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ChunkId(pub [u8; 16]);
+
+impl ChunkId {
+    /// The smallest id; `List` starts after it.
+    pub const MIN: ChunkId = ChunkId([0; 16]);
+
+    /// Builds an id from a 128-bit integer.
+    pub fn from_u128(v: u128) -> Self {
+        ChunkId(v.to_be_bytes())
+    }
+
+    /// The id as a 128-bit integer.
+    pub fn as_u128(&self) -> u128 {
+        u128::from_be_bytes(self.0)
+    }
+}
+
+impl fmt::Debug for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.as_u128())
+    }
+}
+
+impl fmt::Display for ChunkId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.as_u128())
+    }
+}
+
+/// Tenant identity travels with every chunk operation; a chunk is visible only to
+/// the tenant that wrote it.
+pub type TenantId = u64;
+
+/// Index of a drive within one datapathd.
+pub type DriveIndex = u16;
+
+/// One operation of a request batch.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Store a chunk durably; acknowledged only once it is on stable media.
+    /// Putting an existing id replaces it (repair rewrites a fragment this way).
+    Put {
+        drive: DriveIndex,
+        id: ChunkId,
+        tenant: TenantId,
+        key_id: u32,
+        payload: Bytes,
+    },
+    /// Read a chunk; the checksum is verified before a byte is returned.
+    Get {
+        drive: DriveIndex,
+        id: ChunkId,
+        tenant: TenantId,
+    },
+    /// Delete a chunk (a tombstone in the log).
+    Delete {
+        drive: DriveIndex,
+        id: ChunkId,
+        tenant: TenantId,
+    },
+    /// Length and checksum of a chunk, without reading its payload.
+    Stat {
+        drive: DriveIndex,
+        id: ChunkId,
+        tenant: TenantId,
+    },
+    /// Up to `limit` chunk ids greater than `after`, in order, of every tenant
+    /// (used by the garbage collector, which runs as the node itself).
+    List {
+        drive: DriveIndex,
+        after: ChunkId,
+        limit: u32,
+    },
+    /// The state and space of one drive.
+    DriveInfo { drive: DriveIndex },
+}
+
+impl Request {
+    /// The drive the operation addresses.
+    pub fn drive(&self) -> DriveIndex {
+        match self {
+            Request::Put { drive, .. }
+            | Request::Get { drive, .. }
+            | Request::Delete { drive, .. }
+            | Request::Stat { drive, .. }
+            | Request::List { drive, .. }
+            | Request::DriveInfo { drive } => *drive,
+        }
+    }
+}
+
+impl fmt::Debug for Request {
+    // Payloads are elided: a debug line must not dump a megabyte of data.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Request::Put {
+                drive,
+                id,
+                tenant,
+                key_id,
+                payload,
+            } => write!(
+                f,
+                "Put(drive={drive}, id={id}, tenant={tenant}, key={key_id}, {} bytes)",
+                payload.len()
+            ),
+            Request::Get { drive, id, tenant } => {
+                write!(f, "Get(drive={drive}, id={id}, tenant={tenant})")
+            }
+            Request::Delete { drive, id, tenant } => {
+                write!(f, "Delete(drive={drive}, id={id}, tenant={tenant})")
+            }
+            Request::Stat { drive, id, tenant } => {
+                write!(f, "Stat(drive={drive}, id={id}, tenant={tenant})")
+            }
+            Request::List {
+                drive,
+                after,
+                limit,
+            } => write!(f, "List(drive={drive}, after={after}, limit={limit})"),
+            Request::DriveInfo { drive } => write!(f, "DriveInfo(drive={drive})"),
+        }
+    }
+}
+
+/// Why an operation failed. The codes are part of the wire format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FailureCode {
+    /// No such chunk (or it belongs to another tenant).
+    NotFound = 1,
+    /// The stored bytes fail their checksum; never returned as data.
+    Corrupt = 2,
+    /// The drive is failed or missing.
+    DriveFailed = 3,
+    /// The drive has no room for the chunk.
+    NoSpace = 4,
+    /// The request is well-formed but invalid (unknown drive, oversized chunk).
+    BadRequest = 5,
+    /// An I/O error other than the above.
+    Io = 6,
+}
+
+impl FailureCode {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => FailureCode::NotFound,
+            2 => FailureCode::Corrupt,
+            3 => FailureCode::DriveFailed,
+            4 => FailureCode::NoSpace,
+            5 => FailureCode::BadRequest,
+            6 => FailureCode::Io,
+            _ => return None,
+        })
+    }
+}
+
+/// A failed operation: a code for the caller's logic and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub code: FailureCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: FailureCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.code, self.message)
+    }
+}
+
+/// Health of a drive as the datapath sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DriveState {
+    /// Serving reads and writes.
+    Healthy = 0,
+    /// Failed: missing, truncated, or returning I/O errors. Serves nothing.
+    Failed = 1,
+}
+
+/// The state and space of one drive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriveReport {
+    pub drive: DriveIndex,
+    pub state: DriveState,
+    /// Bytes of the device given to the chunk log.
+    pub capacity: u64,
+    /// Bytes held by live chunk records.
+    pub live_bytes: u64,
+    /// Bytes in segments that are not free (live plus garbage awaiting compaction).
+    pub allocated_bytes: u64,
+    /// Live chunks.
+    pub chunks: u64,
+    /// What failed it, when it is failed.
+    pub reason: String,
+    /// The backend and path, for operators.
+    pub device: String,
+}
+
+/// The successful result of one operation.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Reply {
+    Put,
+    Get { payload: Bytes },
+    Delete { existed: bool },
+    Stat { len: u32, crc32c: u32 },
+    List { ids: Vec<ChunkId> },
+    DriveInfo(DriveReport),
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Put => write!(f, "Put"),
+            Reply::Get { payload } => write!(f, "Get({} bytes)", payload.len()),
+            Reply::Delete { existed } => write!(f, "Delete(existed={existed})"),
+            Reply::Stat { len, crc32c } => write!(f, "Stat(len={len}, crc={crc32c:08x})"),
+            Reply::List { ids } => write!(f, "List({} ids)", ids.len()),
+            Reply::DriveInfo(r) => write!(f, "{r:?}"),
+        }
+    }
+}
+
+/// One operation's outcome in a response batch.
+pub type Response = Result<Reply, Failure>;
