@@ -1,1 +1,616 @@
-//! placeholder
+//! Durable object and bucket metadata for one node.
+//!
+//! Owns the bucket index, the object manifests (which extents, stripes and drives hold
+//! an object's bytes) and multipart uploads in progress, in one redb database on the
+//! node's state partition. It never touches object bytes.
+//!
+//! Every change is a [`Mutation`] applied by one committer thread: mutations that
+//! arrive together share one write transaction and one fsync (group commit), and
+//! each caller is answered only after that commit is durable. A manifest therefore
+//! appears in one atomic step after all its fragments are stored: a reader never
+//! sees a half-written object, and a crash before the commit leaves only orphan
+//! chunks, which the collector removes at the next start.
+//!
+//! Checks that decide a mutation (a bucket exists, a bucket is empty, an ETag
+//! matches, the parts of an upload) run inside the transaction, so two racing
+//! requests can never both win.
+
+mod list;
+mod records;
+
+pub use list::{After, Listing};
+pub use records::*;
+
+use md5::{Digest, Md5};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
+const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("objects");
+/// (bucket, upload id) -> UploadRecord
+const UPLOADS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("uploads");
+/// (upload id, part number) -> PartRecord
+const PARTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("parts");
+
+/// Errors of the metadata store.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("no such bucket: {0}")]
+    NoSuchBucket(String),
+    #[error("bucket already exists: {0}")]
+    BucketExists(String),
+    #[error("bucket is not empty: {0}")]
+    BucketNotEmpty(String),
+    #[error("no such key: {0}")]
+    NoSuchKey(String),
+    #[error("no such upload: {0}")]
+    NoSuchUpload(String),
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error("invalid part {0}: not uploaded or its ETag differs")]
+    InvalidPart(u32),
+    #[error("parts must be listed in ascending order")]
+    InvalidPartOrder,
+    #[error("part {part} is {size} bytes, smaller than the {min}-byte minimum")]
+    EntityTooSmall { part: u32, size: u64, min: u64 },
+    #[error("metadata database: {0}")]
+    Db(String),
+    #[error("corrupt metadata record: {0}")]
+    Record(String),
+    #[error("metadata committer has stopped")]
+    Stopped,
+}
+
+macro_rules! db_err {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MetaError {
+            fn from(e: $t) -> Self { MetaError::Db(e.to_string()) }
+        }
+    )*};
+}
+db_err!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+impl From<serde_json::Error> for MetaError {
+    fn from(e: serde_json::Error) -> Self {
+        MetaError::Record(e.to_string())
+    }
+}
+
+/// A condition on the current version of a key, checked inside the transaction.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Precondition {
+    /// The current object must exist with this ETag (`*`: must exist).
+    pub if_match: Option<String>,
+    /// `If-None-Match: *` — the key must not exist.
+    pub if_none_match_any: bool,
+}
+
+/// One change to the metadata.
+#[derive(Clone, Debug)]
+pub enum Mutation {
+    CreateBucket {
+        name: String,
+        record: BucketRecord,
+    },
+    DeleteBucket {
+        name: String,
+    },
+    PutObject {
+        bucket: String,
+        key: String,
+        record: ObjectRecord,
+        cond: Precondition,
+    },
+    DeleteObject {
+        bucket: String,
+        key: String,
+    },
+    CreateUpload {
+        bucket: String,
+        upload_id: String,
+        record: UploadRecord,
+    },
+    PutPart {
+        bucket: String,
+        upload_id: String,
+        part: u32,
+        record: PartRecord,
+    },
+    CompleteUpload {
+        bucket: String,
+        upload_id: String,
+        /// (part number, ETag) as the client listed them.
+        parts: Vec<(u32, String)>,
+        /// Every part but the last must be at least this large.
+        min_part_size: u64,
+        cond: Precondition,
+    },
+    AbortUpload {
+        bucket: String,
+        upload_id: String,
+    },
+}
+
+/// What an applied mutation changed.
+#[derive(Clone, Debug, Default)]
+pub struct Applied {
+    /// Extents no longer referenced: their chunks may be deleted now.
+    pub freed: Vec<Extent>,
+    /// The object written, for PutObject and CompleteUpload.
+    pub object: Option<ObjectRecord>,
+}
+
+struct Job {
+    mutation: Mutation,
+    reply: oneshot::Sender<Result<Applied, MetaError>>,
+}
+
+/// The node's metadata store.
+#[derive(Clone)]
+pub struct MetaStore {
+    db: Arc<Database>,
+    jobs: std::sync::mpsc::SyncSender<Job>,
+}
+
+impl std::fmt::Debug for MetaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetaStore")
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl MetaStore {
+    /// Opens (or creates) the database at `path` and starts the committer.
+    pub fn open(path: &Path) -> Result<MetaStore, MetaError> {
+        let db = Arc::new(Database::create(path)?);
+        {
+            let tx = db.begin_write()?;
+            tx.open_table(BUCKETS)?;
+            tx.open_table(OBJECTS)?;
+            tx.open_table(UPLOADS)?;
+            tx.open_table(PARTS)?;
+            tx.commit()?;
+        }
+        let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(4096);
+        let cdb = db.clone();
+        std::thread::Builder::new()
+            .name("meta-commit".into())
+            .spawn(move || committer(cdb, rx))
+            .map_err(|e| MetaError::Db(format!("cannot start committer: {e}")))?;
+        Ok(MetaStore { db, jobs })
+    }
+
+    /// Applies one mutation; returns once it is durable.
+    pub async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError> {
+        let (reply, rx) = oneshot::channel();
+        let jobs = self.jobs.clone();
+        // The channel is bounded; a full queue blocks briefly, off the async threads.
+        tokio::task::spawn_blocking(move || jobs.send(Job { mutation, reply }))
+            .await
+            .map_err(|_| MetaError::Stopped)?
+            .map_err(|_| MetaError::Stopped)?;
+        rx.await.map_err(|_| MetaError::Stopped)?
+    }
+
+    pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(BUCKETS)?;
+        match t.get(name)? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(BUCKETS)?;
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(OBJECTS)?;
+        match t.get((bucket, key))? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn upload(&self, bucket: &str, upload_id: &str) -> Result<Option<UploadRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(UPLOADS)?;
+        match t.get((bucket, upload_id))? {
+            Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The uploads in progress in a bucket, by key then id.
+    pub fn uploads(&self, bucket: &str) -> Result<Vec<(String, UploadRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(UPLOADS)?;
+        let mut out = Vec::new();
+        for e in t.range((bucket, "")..)? {
+            let (k, v) = e?;
+            let (b, id) = k.value();
+            if b != bucket {
+                break;
+            }
+            out.push((id.to_string(), serde_json::from_slice(v.value())?));
+        }
+        out.sort_by(|a: &(String, UploadRecord), b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
+        Ok(out)
+    }
+
+    /// The parts of an upload, by part number.
+    pub fn parts(&self, upload_id: &str) -> Result<Vec<(u32, PartRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(PARTS)?;
+        read_parts(&t, upload_id)
+    }
+
+    /// Objects in the whole store.
+    pub fn object_count(&self) -> Result<u64, MetaError> {
+        let tx = self.db.begin_read()?;
+        Ok(tx.open_table(OBJECTS)?.len()?)
+    }
+
+    /// Every extent referenced by an object or a part: what the collector must keep.
+    pub fn referenced_extents(&self) -> Result<HashSet<u128>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut ids = HashSet::new();
+        for e in tx.open_table(OBJECTS)?.iter()? {
+            let (_, v) = e?;
+            let rec: ObjectRecord = serde_json::from_slice(v.value())?;
+            ids.extend(rec.extent_ids());
+        }
+        for e in tx.open_table(PARTS)?.iter()? {
+            let (_, v) = e?;
+            let rec: PartRecord = serde_json::from_slice(v.value())?;
+            ids.insert(rec.extent.id);
+        }
+        Ok(ids)
+    }
+
+    /// Lists a bucket's keys in byte order: see [`Listing`].
+    pub fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<After>,
+        delimiter: Option<&str>,
+        max: usize,
+    ) -> Result<Listing, MetaError> {
+        let tx = self.db.begin_read()?;
+        if tx.open_table(BUCKETS)?.get(bucket)?.is_none() {
+            return Err(MetaError::NoSuchBucket(bucket.to_string()));
+        }
+        let t = tx.open_table(OBJECTS)?;
+        list::list(&t, bucket, prefix, after, delimiter, max)
+    }
+}
+
+fn read_parts<T: ReadableTable<(&'static str, u32), &'static [u8]>>(
+    t: &T,
+    upload_id: &str,
+) -> Result<Vec<(u32, PartRecord)>, MetaError> {
+    let mut out = Vec::new();
+    for e in t.range((upload_id, 0u32)..=(upload_id, u32::MAX))? {
+        let (k, v) = e?;
+        out.push((k.value().1, serde_json::from_slice(v.value())?));
+    }
+    Ok(out)
+}
+
+fn committer(db: Arc<Database>, rx: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let (results, commit) = match db.begin_write() {
+            Ok(tx) => {
+                let results: Vec<_> = batch.iter().map(|j| apply(&tx, &j.mutation)).collect();
+                (results, tx.commit().map_err(MetaError::from))
+            }
+            Err(e) => (Vec::new(), Err(MetaError::from(e))),
+        };
+        match commit {
+            Ok(()) => {
+                for (job, res) in batch.into_iter().zip(results) {
+                    let _ = job.reply.send(res);
+                }
+            }
+            Err(e) => {
+                tracing::error!("metadata commit failed: {e}");
+                for job in batch {
+                    let _ = job.reply.send(Err(MetaError::Db(e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+/// Applies one mutation inside the batch's transaction. A mutation that fails its
+/// checks writes nothing, so its failure does not disturb the others in the batch.
+fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError> {
+    let mut buckets = tx.open_table(BUCKETS)?;
+    let mut objects = tx.open_table(OBJECTS)?;
+    let need_bucket = |buckets: &redb::Table<&str, &[u8]>, b: &str| -> Result<(), MetaError> {
+        match buckets.get(b)? {
+            Some(_) => Ok(()),
+            None => Err(MetaError::NoSuchBucket(b.to_string())),
+        }
+    };
+    match m {
+        Mutation::CreateBucket { name, record } => {
+            if buckets.get(name.as_str())?.is_some() {
+                return Err(MetaError::BucketExists(name.clone()));
+            }
+            buckets.insert(name.as_str(), serde_json::to_vec(record)?.as_slice())?;
+            Ok(Applied::default())
+        }
+        Mutation::DeleteBucket { name } => {
+            need_bucket(&buckets, name)?;
+            let mut any = objects.range((name.as_str(), "")..)?;
+            if let Some(e) = any.next() {
+                if e?.0.value().0 == name.as_str() {
+                    return Err(MetaError::BucketNotEmpty(name.clone()));
+                }
+            }
+            drop(any);
+            // Uploads in progress are aborted with the bucket; their parts freed.
+            let mut uploads = tx.open_table(UPLOADS)?;
+            let mut parts = tx.open_table(PARTS)?;
+            let ids: Vec<String> = uploads
+                .range((name.as_str(), "")..)?
+                .filter_map(|e| e.ok())
+                .take_while(|(k, _)| k.value().0 == name.as_str())
+                .map(|(k, _)| k.value().1.to_string())
+                .collect();
+            let mut freed = Vec::new();
+            for id in ids {
+                uploads.remove((name.as_str(), id.as_str()))?;
+                for (n, p) in read_parts(&parts, &id)? {
+                    parts.remove((id.as_str(), n))?;
+                    freed.push(p.extent);
+                }
+            }
+            buckets.remove(name.as_str())?;
+            Ok(Applied {
+                freed,
+                object: None,
+            })
+        }
+        Mutation::PutObject {
+            bucket,
+            key,
+            record,
+            cond,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let old = get_object(&objects, bucket, key)?;
+            check(cond, old.as_ref())?;
+            objects.insert(
+                (bucket.as_str(), key.as_str()),
+                serde_json::to_vec(record)?.as_slice(),
+            )?;
+            Ok(Applied {
+                freed: old.map(|o| o.extents).unwrap_or_default(),
+                object: Some(record.clone()),
+            })
+        }
+        Mutation::DeleteObject { bucket, key } => {
+            need_bucket(&buckets, bucket)?;
+            let old = objects.remove((bucket.as_str(), key.as_str()))?;
+            let freed = match old {
+                Some(v) => serde_json::from_slice::<ObjectRecord>(v.value())?.extents,
+                None => Vec::new(),
+            };
+            Ok(Applied {
+                freed,
+                object: None,
+            })
+        }
+        Mutation::CreateUpload {
+            bucket,
+            upload_id,
+            record,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let mut uploads = tx.open_table(UPLOADS)?;
+            uploads.insert(
+                (bucket.as_str(), upload_id.as_str()),
+                serde_json::to_vec(record)?.as_slice(),
+            )?;
+            Ok(Applied::default())
+        }
+        Mutation::PutPart {
+            bucket,
+            upload_id,
+            part,
+            record,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let uploads = tx.open_table(UPLOADS)?;
+            if uploads
+                .get((bucket.as_str(), upload_id.as_str()))?
+                .is_none()
+            {
+                return Err(MetaError::NoSuchUpload(upload_id.clone()));
+            }
+            let mut parts = tx.open_table(PARTS)?;
+            let old = parts.insert(
+                (upload_id.as_str(), *part),
+                serde_json::to_vec(record)?.as_slice(),
+            )?;
+            let freed = match old {
+                Some(v) => vec![serde_json::from_slice::<PartRecord>(v.value())?.extent],
+                None => Vec::new(),
+            };
+            Ok(Applied {
+                freed,
+                object: None,
+            })
+        }
+        Mutation::CompleteUpload {
+            bucket,
+            upload_id,
+            parts: chosen,
+            min_part_size,
+            cond,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let mut uploads = tx.open_table(UPLOADS)?;
+            let upload: UploadRecord = match uploads.get((bucket.as_str(), upload_id.as_str()))? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(MetaError::NoSuchUpload(upload_id.clone())),
+            };
+            let mut parts = tx.open_table(PARTS)?;
+            let stored = read_parts(&parts, upload_id)?;
+            let record = assemble(&upload, &stored, chosen, *min_part_size)?;
+            let old = get_object(&objects, bucket, &upload.key)?;
+            check(cond, old.as_ref())?;
+            objects.insert(
+                (bucket.as_str(), upload.key.as_str()),
+                serde_json::to_vec(&record)?.as_slice(),
+            )?;
+            uploads.remove((bucket.as_str(), upload_id.as_str()))?;
+            let used: HashSet<u32> = chosen.iter().map(|(n, _)| *n).collect();
+            let mut freed = old.map(|o| o.extents).unwrap_or_default();
+            for (n, p) in stored {
+                parts.remove((upload_id.as_str(), n))?;
+                if !used.contains(&n) {
+                    freed.push(p.extent);
+                }
+            }
+            Ok(Applied {
+                freed,
+                object: Some(record),
+            })
+        }
+        Mutation::AbortUpload { bucket, upload_id } => {
+            need_bucket(&buckets, bucket)?;
+            let mut uploads = tx.open_table(UPLOADS)?;
+            if uploads
+                .remove((bucket.as_str(), upload_id.as_str()))?
+                .is_none()
+            {
+                return Err(MetaError::NoSuchUpload(upload_id.clone()));
+            }
+            let mut parts = tx.open_table(PARTS)?;
+            let mut freed = Vec::new();
+            for (n, p) in read_parts(&parts, upload_id)? {
+                parts.remove((upload_id.as_str(), n))?;
+                freed.push(p.extent);
+            }
+            Ok(Applied {
+                freed,
+                object: None,
+            })
+        }
+    }
+}
+
+fn get_object(
+    t: &redb::Table<(&str, &str), &[u8]>,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    match t.get((bucket, key))? {
+        Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+        None => Ok(None),
+    }
+}
+
+fn check(cond: &Precondition, current: Option<&ObjectRecord>) -> Result<(), MetaError> {
+    if cond.if_none_match_any && current.is_some() {
+        return Err(MetaError::PreconditionFailed);
+    }
+    if let Some(want) = &cond.if_match {
+        match current {
+            None => return Err(MetaError::PreconditionFailed),
+            Some(cur) if want != "*" && want.trim_matches('"') != cur.etag => {
+                return Err(MetaError::PreconditionFailed)
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Builds the object of a completed multipart upload from the parts the client
+/// chose, checking them as S3 does. The ETag is S3's: the MD5 of the parts' binary
+/// MD5s, then `-` and the number of parts.
+fn assemble(
+    upload: &UploadRecord,
+    stored: &[(u32, PartRecord)],
+    chosen: &[(u32, String)],
+    min_part_size: u64,
+) -> Result<ObjectRecord, MetaError> {
+    let mut md5 = Md5::new();
+    let mut extents = Vec::with_capacity(chosen.len());
+    let mut size = 0u64;
+    if chosen.windows(2).any(|w| w[1].0 <= w[0].0) {
+        return Err(MetaError::InvalidPartOrder);
+    }
+    for (i, (n, etag)) in chosen.iter().enumerate() {
+        let part = stored
+            .iter()
+            .find(|(m, _)| m == n)
+            .map(|(_, p)| p)
+            .filter(|p| p.etag == etag.trim_matches('"'))
+            .ok_or(MetaError::InvalidPart(*n))?;
+        if i + 1 < chosen.len() && part.extent.size < min_part_size {
+            return Err(MetaError::EntityTooSmall {
+                part: *n,
+                size: part.extent.size,
+                min: min_part_size,
+            });
+        }
+        let raw = hex::decode(&part.etag).map_err(|_| MetaError::InvalidPart(*n))?;
+        md5.update(&raw);
+        size += part.extent.size;
+        extents.push(part.extent.clone());
+    }
+    if chosen.is_empty() {
+        return Err(MetaError::InvalidPart(0));
+    }
+    Ok(ObjectRecord {
+        size,
+        etag: format!("{}-{}", hex::encode(md5.finalize()), chosen.len()),
+        modified_ms: now_ms(),
+        content_type: upload.content_type.clone(),
+        user_meta: upload.user_meta.clone(),
+        extents,
+    })
+}
+
+#[cfg(test)]
+mod tests;

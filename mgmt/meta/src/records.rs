@@ -1,0 +1,92 @@
+//! The persistent schema: what a bucket, an object manifest, an upload and a part
+//! record hold. Records are JSON in the database so an operator can read them with
+//! standard tools; the layout is small (a few bytes per stripe), so JSON costs little.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Marks a fragment that no healthy drive could take when the stripe was written;
+/// readers treat it as missing and repair may fill it later.
+pub const UNPLACED: u16 = u16::MAX;
+
+/// A bucket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    /// The tenant that owns the bucket; only its keys see it.
+    pub tenant: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
+}
+
+/// An object: its attributes and where its bytes are.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    pub size: u64,
+    /// The S3 ETag without quotes: hex MD5, or `md5-of-md5s-N` for multipart.
+    pub etag: String,
+    pub modified_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub user_meta: BTreeMap<String, String>,
+    /// The bytes, in order: one extent for a simple PUT, one per part for multipart.
+    pub extents: Vec<Extent>,
+}
+
+/// A contiguous run of an object's bytes, stored under one layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extent {
+    /// 96 random bits naming the extent; chunk ids are derived from it.
+    pub id: u128,
+    pub size: u64,
+    pub layout: Layout,
+}
+
+/// How an extent is protected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Layout {
+    /// Whole copies of the extent, one chunk on each listed drive.
+    Replicated { drives: Vec<u16> },
+    /// Stripes of `k` data shards of at most `shard` bytes plus `m` parity shards.
+    Erasure {
+        k: u8,
+        m: u8,
+        shard: u32,
+        stripes: Vec<Stripe>,
+    },
+}
+
+/// One stripe: how many data bytes it holds and the drive of each fragment
+/// (`k` data then `m` parity; `UNPLACED` where none could be written).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stripe {
+    pub len: u32,
+    pub drives: Vec<u16>,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub key: String,
+    pub created_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub user_meta: BTreeMap<String, String>,
+}
+
+/// One uploaded part.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
+    pub etag: String,
+    pub modified_ms: i64,
+    pub extent: Extent,
+}
+
+impl ObjectRecord {
+    /// Every extent id this object references.
+    pub fn extent_ids(&self) -> impl Iterator<Item = u128> + '_ {
+        self.extents.iter().map(|e| e.id)
+    }
+}

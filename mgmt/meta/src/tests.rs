@@ -1,0 +1,231 @@
+use super::*;
+
+fn obj(etag: &str, size: u64) -> ObjectRecord {
+    ObjectRecord {
+        size,
+        etag: etag.to_string(),
+        modified_ms: 1,
+        content_type: None,
+        user_meta: Default::default(),
+        extents: vec![Extent {
+            id: size as u128 + 1,
+            size,
+            layout: Layout::Replicated { drives: vec![0] },
+        }],
+    }
+}
+
+fn store() -> (tempfile::TempDir, MetaStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+    (dir, s)
+}
+
+async fn put(s: &MetaStore, b: &str, k: &str) {
+    s.apply(Mutation::PutObject {
+        bucket: b.into(),
+        key: k.into(),
+        record: obj("e", 1),
+        cond: Precondition::default(),
+    })
+    .await
+    .unwrap();
+}
+
+async fn mkbucket(s: &MetaStore, b: &str) {
+    s.apply(Mutation::CreateBucket {
+        name: b.into(),
+        record: BucketRecord {
+            tenant: 1,
+            created_ms: 0,
+        },
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn bucket_lifecycle_and_conditions() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    assert!(matches!(
+        s.apply(Mutation::CreateBucket {
+            name: "b".into(),
+            record: BucketRecord {
+                tenant: 1,
+                created_ms: 0
+            }
+        })
+        .await,
+        Err(MetaError::BucketExists(_))
+    ));
+    put(&s, "b", "k").await;
+    let cond = Precondition {
+        if_none_match_any: true,
+        ..Default::default()
+    };
+    let r = s
+        .apply(Mutation::PutObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            record: obj("f", 2),
+            cond,
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)));
+    let r = s
+        .apply(Mutation::PutObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            record: obj("f", 2),
+            cond: Precondition {
+                if_match: Some("\"e\"".into()),
+                ..Default::default()
+            },
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.freed.len(), 1, "the overwritten version's extent is freed");
+    assert!(matches!(
+        s.apply(Mutation::DeleteBucket { name: "b".into() }).await,
+        Err(MetaError::BucketNotEmpty(_))
+    ));
+    s.apply(Mutation::DeleteObject {
+        bucket: "b".into(),
+        key: "k".into(),
+    })
+    .await
+    .unwrap();
+    s.apply(Mutation::DeleteBucket { name: "b".into() })
+        .await
+        .unwrap();
+    assert!(s.bucket("b").unwrap().is_none());
+}
+
+#[tokio::test]
+async fn listing_with_delimiter_and_pages() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    mkbucket(&s, "c").await;
+    for k in ["a/1", "a/2", "a/3", "b", "c/x/y", "d", "e/"] {
+        put(&s, "b", k).await;
+    }
+    put(&s, "c", "zzz").await;
+    let l = s.list("b", "", None, Some("/"), 1000).unwrap();
+    let keys: Vec<_> = l.objects.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["b", "d"]);
+    assert_eq!(l.prefixes, ["a/", "c/", "e/"]);
+    assert!(l.next.is_none());
+
+    // Page through, two entries at a time; the union is the full listing.
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let l = s.list("b", "", after.clone(), Some("/"), 2).unwrap();
+        seen.extend(l.objects.iter().map(|(k, _)| k.clone()));
+        seen.extend(l.prefixes.iter().cloned());
+        match l.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a/", "b", "c/", "d", "e/"]);
+
+    let l = s.list("b", "a/", None, None, 1000).unwrap();
+    assert_eq!(l.objects.len(), 3);
+    assert!(matches!(
+        s.list("nope", "", None, None, 10),
+        Err(MetaError::NoSuchBucket(_))
+    ));
+    assert_eq!(s.object_count().unwrap(), 8);
+}
+
+#[tokio::test]
+async fn multipart_complete_checks_parts() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    s.apply(Mutation::CreateUpload {
+        bucket: "b".into(),
+        upload_id: "u1".into(),
+        record: UploadRecord {
+            key: "big".into(),
+            created_ms: 0,
+            content_type: None,
+            user_meta: Default::default(),
+        },
+    })
+    .await
+    .unwrap();
+    let md5a = hex::encode(Md5::digest(b"a"));
+    let md5b = hex::encode(Md5::digest(b"b"));
+    for (n, e, size) in [(1, &md5a, 10u64), (2, &md5b, 3), (3, &md5b, 3)] {
+        s.apply(Mutation::PutPart {
+            bucket: "b".into(),
+            upload_id: "u1".into(),
+            part: n,
+            record: PartRecord {
+                etag: e.clone(),
+                modified_ms: 0,
+                extent: Extent {
+                    id: n as u128,
+                    size,
+                    layout: Layout::Replicated { drives: vec![0] },
+                },
+            },
+        })
+        .await
+        .unwrap();
+    }
+    let complete = |parts: Vec<(u32, String)>| Mutation::CompleteUpload {
+        bucket: "b".into(),
+        upload_id: "u1".into(),
+        parts,
+        min_part_size: 5,
+        cond: Precondition::default(),
+    };
+    assert!(matches!(
+        s.apply(complete(vec![(2, md5b.clone()), (1, md5a.clone())]))
+            .await,
+        Err(MetaError::InvalidPartOrder)
+    ));
+    assert!(matches!(
+        s.apply(complete(vec![(1, md5b.clone())])).await,
+        Err(MetaError::InvalidPart(1))
+    ));
+    assert!(matches!(
+        s.apply(complete(vec![(2, md5b.clone()), (3, md5b.clone())]))
+            .await,
+        Err(MetaError::EntityTooSmall { part: 2, .. })
+    ));
+    let r = s
+        .apply(complete(vec![(1, md5a.clone()), (2, md5b.clone())]))
+        .await
+        .unwrap();
+    let o = r.object.unwrap();
+    let mut want = Md5::new();
+    want.update(Md5::digest(b"a"));
+    want.update(Md5::digest(b"b"));
+    assert_eq!(o.etag, format!("{}-2", hex::encode(want.finalize())));
+    assert_eq!(o.size, 13);
+    assert_eq!(r.freed.len(), 1, "part 3 was not used and is freed");
+    assert!(s.upload("b", "u1").unwrap().is_none());
+    assert!(s.parts("u1").unwrap().is_empty());
+    let refs = s.referenced_extents().unwrap();
+    assert!(refs.contains(&1) && refs.contains(&2) && !refs.contains(&3));
+}
+
+#[tokio::test]
+async fn survives_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.redb");
+    {
+        let s = MetaStore::open(&p).unwrap();
+        mkbucket(&s, "b").await;
+        put(&s, "b", "k").await;
+    }
+    // The committer thread holds the database until its channel closes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let s = MetaStore::open(&p).unwrap();
+    assert!(s.object("b", "k").unwrap().is_some());
+}
