@@ -240,13 +240,14 @@ pub fn encode_response_batch(
                         head.put_u32_le(*crc32c);
                         total += 9;
                     }
-                    Reply::List { ids } => {
+                    Reply::List { chunks } => {
                         head.put_u8(OP_LIST);
-                        head.put_u32_le(ids.len() as u32);
-                        for id in ids {
+                        head.put_u32_le(chunks.len() as u32);
+                        for (id, tenant) in chunks {
                             head.put_slice(&id.0);
+                            head.put_u64_le(*tenant);
                         }
-                        total += 1 + 4 + 16 * ids.len();
+                        total += 1 + 4 + 24 * chunks.len();
                     }
                     Reply::DriveInfo(d) => {
                         head.put_u8(OP_DRIVE_INFO);
@@ -430,12 +431,12 @@ fn decode_response(r: &mut Reader) -> Result<Response, ProtoError> {
         },
         OP_LIST => {
             let n = r.u32()? as usize;
-            r.need(n.saturating_mul(16))?;
-            let mut ids = Vec::with_capacity(n);
+            r.need(n.saturating_mul(24))?;
+            let mut chunks = Vec::with_capacity(n);
             for _ in 0..n {
-                ids.push(r.id()?);
+                chunks.push((r.id()?, r.u64()?));
             }
-            Reply::List { ids }
+            Reply::List { chunks }
         }
         OP_DRIVE_INFO => {
             let drive = r.u16()?;
@@ -527,7 +528,7 @@ mod tests {
                 crc32c: 0xdead_beef,
             }),
             Ok(Reply::List {
-                ids: vec![ChunkId::from_u128(1), ChunkId::from_u128(2)],
+                chunks: vec![(ChunkId::from_u128(1), 3), (ChunkId::from_u128(2), 4)],
             }),
             Ok(Reply::DriveInfo(DriveReport {
                 drive: 1,

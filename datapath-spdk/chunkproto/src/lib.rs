@@ -126,8 +126,9 @@ pub enum Request {
         id: ChunkId,
         tenant: TenantId,
     },
-    /// Up to `limit` chunk ids greater than `after`, in order, of every tenant
-    /// (used by the garbage collector, which runs as the node itself).
+    /// Up to `limit` chunks with ids greater than `after`, in id order, of every
+    /// tenant, each with its tenant (used by the garbage collector, which runs as
+    /// the node itself and deletes an orphan under its owner's tenant).
     List {
         drive: DriveIndex,
         after: ChunkId,
@@ -275,7 +276,7 @@ pub enum Reply {
     Get { payload: Bytes },
     Delete { existed: bool },
     Stat { len: u32, crc32c: u32 },
-    List { ids: Vec<ChunkId> },
+    List { chunks: Vec<(ChunkId, TenantId)> },
     DriveInfo(DriveReport),
 }
 
@@ -286,7 +287,7 @@ impl fmt::Debug for Reply {
             Reply::Get { payload } => write!(f, "Get({} bytes)", payload.len()),
             Reply::Delete { existed } => write!(f, "Delete(existed={existed})"),
             Reply::Stat { len, crc32c } => write!(f, "Stat(len={len}, crc={crc32c:08x})"),
-            Reply::List { ids } => write!(f, "List({} ids)", ids.len()),
+            Reply::List { chunks } => write!(f, "List({} chunks)", chunks.len()),
             Reply::DriveInfo(r) => write!(f, "{r:?}"),
         }
     }
