@@ -1,1 +1,729 @@
-//! placeholder
+//! Objects over the chunk service.
+//!
+//! This crate owns the mapping from an object's bytes to chunks on drives: cutting a
+//! body into stripes, erasure coding them (or replicating small objects), placing
+//! fragments on distinct drives, reading them back with on-the-fly reconstruction
+//! when fragments are missing or corrupt, and rewriting the bad ones. It commits
+//! manifests through `cairn-meta` only after every fragment is durable, and it
+//! never speaks HTTP: the S3 front end (and later the KV front end) sit above it.
+//!
+//! Ordering rule that keeps crashes harmless: fragments first, then the manifest
+//! commit, then (in the background) deletion of what the commit freed. A crash at
+//! any point leaves either the old object or the new one, plus at worst orphan
+//! chunks that [`ObjectStore::collect_garbage`] removes at the next start.
+
+mod health;
+mod placement;
+mod read;
+mod write;
+
+pub use health::DriveHealth;
+pub use placement::place;
+
+use bytes::Bytes;
+use cairn_chunkproto::{ChunkClient, ChunkId, DriveReport, FailureCode, ProtoError, Request};
+use cairn_erasure::Codec;
+use cairn_meta::{
+    After, Applied, BucketRecord, Extent, Layout, Listing, MetaError, MetaStore, Mutation,
+    ObjectRecord, PartRecord, Precondition, UploadRecord,
+};
+use futures::stream::BoxStream;
+use futures::Stream;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// S3's limits, kept here because every front end must honour them.
+pub const MAX_OBJECT_SIZE: u64 = 5 << 40;
+pub const MAX_PART_SIZE: u64 = 5 << 30;
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+pub const MAX_PART_NUMBER: u32 = 10_000;
+
+/// Errors of the object layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error("access denied")]
+    AccessDenied,
+    #[error("data unavailable: {0}")]
+    Unavailable(String),
+    #[error("the request body ended before its declared length ({got} of {want} bytes)")]
+    IncompleteBody { got: u64, want: u64 },
+    #[error("the request body is longer than its declared length of {0} bytes")]
+    BodyTooLong(u64),
+    #[error("reading the request body failed: {0}")]
+    Body(String),
+    #[error("object of {size} bytes exceeds the {max}-byte limit")]
+    TooLarge { size: u64, max: u64 },
+    #[error("invalid part number {0} (1..=10000)")]
+    InvalidPartNumber(u32),
+    #[error("chunk service: {0}")]
+    Chunk(#[from] ProtoError),
+    #[error("erasure coding: {0}")]
+    Erasure(#[from] cairn_erasure::ErasureError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// How objects are protected and cut.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Drives behind the chunk service, indices 0..drives.
+    pub drives: u16,
+    /// Erasure code for large objects: k data + m parity fragments per stripe.
+    pub ec: (u8, u8),
+    /// Copies of a small object.
+    pub replicas: u8,
+    /// Objects up to this size are replicated instead of erasure coded.
+    pub small_object: usize,
+    /// Largest fragment of a stripe.
+    pub shard_size: usize,
+    /// Stripes written concurrently by one PUT; bounds its memory to about
+    /// `stripes_in_flight * (k+m) * shard_size`.
+    pub stripes_in_flight: usize,
+    /// Stripes read ahead by one GET.
+    pub read_ahead: usize,
+}
+
+impl StoreConfig {
+    /// The protection a node with `drives` drives gets by default: one fragment per
+    /// drive, two parity fragments from four drives up, three from eight.
+    pub fn for_drives(drives: u16) -> StoreConfig {
+        let ec = default_ec(drives);
+        StoreConfig {
+            drives,
+            ec,
+            replicas: drives.min(3) as u8,
+            small_object: 128 << 10,
+            shard_size: 1 << 20,
+            stripes_in_flight: 4,
+            read_ahead: 2,
+        }
+    }
+
+    /// Checks the settings against the drive count.
+    pub fn validate(&self) -> Result<(), ObjectError> {
+        let (k, m) = self.ec;
+        if k == 0 {
+            return Err(ObjectError::Config("k must be at least 1".into()));
+        }
+        if (k as u16 + m as u16) > self.drives {
+            return Err(ObjectError::Config(format!(
+                "{k}+{m} needs {} drives, the node has {}",
+                k as u16 + m as u16,
+                self.drives
+            )));
+        }
+        if self.replicas == 0 || self.replicas as u16 > self.drives {
+            return Err(ObjectError::Config(format!(
+                "{} replicas on {} drives",
+                self.replicas, self.drives
+            )));
+        }
+        if self.shard_size == 0 || self.shard_size > 8 << 20 {
+            return Err(ObjectError::Config("shard size must be 1 B..8 MiB".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The default erasure code for a drive count.
+pub fn default_ec(drives: u16) -> (u8, u8) {
+    match drives {
+        0 | 1 => (1, 0),
+        2 => (1, 1),
+        3 => (2, 1),
+        4..=7 => ((drives - 2).min(8) as u8, 2),
+        _ => ((drives - 3).min(8) as u8, 3),
+    }
+}
+
+/// Counters an operator watches.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Reads that had to reconstruct from parity or another copy.
+    pub degraded_reads: AtomicU64,
+    /// Fragments rewritten after a bad read, and verified by the datapath's checksum.
+    pub repaired_fragments: AtomicU64,
+    /// Reads that failed for want of enough good fragments.
+    pub unreadable: AtomicU64,
+    /// Orphan chunks removed by the collector.
+    pub collected_chunks: AtomicU64,
+}
+
+/// User-visible attributes of an object, set at PUT.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub user_meta: BTreeMap<String, String>,
+}
+
+/// What a stored body became.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub extent: Extent,
+    /// Hex MD5 of the bytes.
+    pub md5: String,
+}
+
+/// A summary for `nodectl status`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StoreStatus {
+    pub objects: u64,
+    pub buckets: u64,
+    pub ec: String,
+    pub replicas: u8,
+    pub degraded_reads: u64,
+    pub repaired_fragments: u64,
+    pub unreadable: u64,
+    pub collected_chunks: u64,
+}
+
+/// The node's object store.
+pub struct ObjectStore {
+    meta: MetaStore,
+    chunks: ChunkClient,
+    cfg: StoreConfig,
+    health: Arc<DriveHealth>,
+    codecs: Arc<Codecs>,
+    counters: Arc<Counters>,
+}
+
+/// Codecs by (k, m), built once: building one inverts nothing but still allocates
+/// tables, and every stripe of every object would otherwise pay for it.
+#[derive(Default)]
+pub(crate) struct Codecs(Mutex<HashMap<(u8, u8), Arc<Codec>>>);
+
+impl Codecs {
+    pub(crate) fn get(&self, k: u8, m: u8) -> Result<Arc<Codec>, ObjectError> {
+        let mut c = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(codec) = c.get(&(k, m)) {
+            return Ok(codec.clone());
+        }
+        let codec = Arc::new(Codec::new(k as usize, m as usize)?);
+        c.insert((k, m), codec.clone());
+        Ok(codec)
+    }
+}
+
+impl std::fmt::Debug for ObjectStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStore")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+/// The chunk id of fragment `frag` of stripe `stripe` of an extent: the extent's 96
+/// bits, then 24 bits of stripe and 8 of fragment. A replica uses fragment 0 on
+/// each of its drives (ids are unique per drive, not per node).
+pub fn chunk_id(extent: u128, stripe: u32, frag: u8) -> ChunkId {
+    ChunkId::from_u128((extent << 32) | ((stripe as u128 & 0xff_ffff) << 8) | frag as u128)
+}
+
+/// The extent a chunk id belongs to.
+pub fn extent_of(id: ChunkId) -> u128 {
+    id.as_u128() >> 32
+}
+
+impl ObjectStore {
+    pub fn new(
+        meta: MetaStore,
+        chunks: ChunkClient,
+        cfg: StoreConfig,
+    ) -> Result<Arc<ObjectStore>, ObjectError> {
+        cfg.validate()?;
+        let health = Arc::new(DriveHealth::new(cfg.drives));
+        Ok(Arc::new(ObjectStore {
+            meta,
+            chunks,
+            cfg,
+            health,
+            codecs: Arc::new(Codecs::default()),
+            counters: Arc::new(Counters::default()),
+        }))
+    }
+
+    pub fn meta(&self) -> &MetaStore {
+        &self.meta
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn health(&self) -> &Arc<DriveHealth> {
+        &self.health
+    }
+
+    /// Starts the drive-health poller.
+    pub fn start_background(self: &Arc<Self>) {
+        health::spawn_poller(self.health.clone(), self.chunks.clone());
+    }
+
+    /// Reports of every drive, fresh from the datapath.
+    pub async fn drive_reports(&self) -> Result<Vec<DriveReport>, ObjectError> {
+        let ops = (0..self.cfg.drives)
+            .map(|drive| Request::DriveInfo { drive })
+            .collect();
+        let mut out = Vec::new();
+        for r in self.chunks.call(ops).await? {
+            match r {
+                Ok(cairn_chunkproto::Reply::DriveInfo(d)) => out.push(d),
+                Ok(_) => return Err(ProtoError::Mismatch("expected DriveInfo").into()),
+                Err(f) => return Err(ObjectError::Unavailable(f.to_string())),
+            }
+        }
+        self.health.update(&out);
+        Ok(out)
+    }
+
+    pub async fn status(&self) -> Result<StoreStatus, ObjectError> {
+        let c = &self.counters;
+        Ok(StoreStatus {
+            objects: self.meta.object_count()?,
+            buckets: self.meta.buckets()?.len() as u64,
+            ec: format!("{}+{}", self.cfg.ec.0, self.cfg.ec.1),
+            replicas: self.cfg.replicas,
+            degraded_reads: c.degraded_reads.load(Ordering::Relaxed),
+            repaired_fragments: c.repaired_fragments.load(Ordering::Relaxed),
+            unreadable: c.unreadable.load(Ordering::Relaxed),
+            collected_chunks: c.collected_chunks.load(Ordering::Relaxed),
+        })
+    }
+
+    // ---- buckets ----
+
+    /// The bucket, if the tenant may use it.
+    pub fn bucket(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
+        match self.meta.bucket(name)? {
+            None => Err(MetaError::NoSuchBucket(name.to_string()).into()),
+            Some(b) if b.tenant != tenant => Err(ObjectError::AccessDenied),
+            Some(b) => Ok(b),
+        }
+    }
+
+    pub async fn create_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
+        self.meta
+            .apply(Mutation::CreateBucket {
+                name: name.to_string(),
+                record: BucketRecord {
+                    tenant,
+                    created_ms: cairn_meta::now_ms(),
+                },
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn delete_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
+        self.bucket(tenant, name)?;
+        let applied = self
+            .meta
+            .apply(Mutation::DeleteBucket {
+                name: name.to_string(),
+            })
+            .await?;
+        self.free(tenant, applied.freed);
+        Ok(())
+    }
+
+    pub fn list_buckets(&self, tenant: u64) -> Result<Vec<(String, BucketRecord)>, ObjectError> {
+        Ok(self
+            .meta
+            .buckets()?
+            .into_iter()
+            .filter(|(_, b)| b.tenant == tenant)
+            .collect())
+    }
+
+    pub fn list_objects(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        prefix: &str,
+        after: Option<After>,
+        delimiter: Option<&str>,
+        max: usize,
+    ) -> Result<Listing, ObjectError> {
+        self.bucket(tenant, bucket)?;
+        Ok(self.meta.list(bucket, prefix, after, delimiter, max)?)
+    }
+
+    // ---- objects ----
+
+    /// Stores a body and commits it as `bucket/key`; returns the new manifest.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn put_object<S, E>(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        body: S,
+        len: Option<u64>,
+        attrs: ObjectAttrs,
+        cond: Precondition,
+    ) -> Result<ObjectRecord, ObjectError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
+        E: std::fmt::Display,
+    {
+        self.bucket(tenant, bucket)?;
+        let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
+        let record = ObjectRecord {
+            size: written.extent.size,
+            etag: written.md5,
+            modified_ms: cairn_meta::now_ms(),
+            content_type: attrs.content_type,
+            user_meta: attrs.user_meta,
+            extents: vec![written.extent],
+        };
+        self.commit_object(tenant, bucket, key, record, cond).await
+    }
+
+    async fn commit_object(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        record: ObjectRecord,
+        cond: Precondition,
+    ) -> Result<ObjectRecord, ObjectError> {
+        let new_extents = record.extents.clone();
+        let res = self
+            .meta
+            .apply(Mutation::PutObject {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                record: record.clone(),
+                cond,
+            })
+            .await;
+        match res {
+            Ok(Applied { freed, .. }) => {
+                self.free(tenant, freed);
+                Ok(record)
+            }
+            Err(e) => {
+                // Not committed: the fragments just written are unreferenced.
+                self.free(tenant, new_extents);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The manifest of `bucket/key`.
+    pub fn head_object(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+    ) -> Result<ObjectRecord, ObjectError> {
+        self.bucket(tenant, bucket)?;
+        self.meta
+            .object(bucket, key)?
+            .ok_or_else(|| MetaError::NoSuchKey(key.to_string()).into())
+    }
+
+    pub async fn delete_object(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(), ObjectError> {
+        self.bucket(tenant, bucket)?;
+        let applied = self
+            .meta
+            .apply(Mutation::DeleteObject {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            })
+            .await?;
+        self.free(tenant, applied.freed);
+        Ok(())
+    }
+
+    /// Copies an object's bytes to a new key (the copy has extents of its own, so
+    /// deleting either never affects the other).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn copy_object(
+        &self,
+        tenant: u64,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        attrs: Option<ObjectAttrs>,
+        cond: Precondition,
+    ) -> Result<ObjectRecord, ObjectError> {
+        let src = self.head_object(tenant, src_bucket, src_key)?;
+        self.bucket(tenant, dst_bucket)?;
+        let body = self.read(tenant, &src, 0, src.size);
+        let written = self.write(tenant, body, Some(src.size), MAX_PART_SIZE).await?;
+        let attrs = attrs.unwrap_or(ObjectAttrs {
+            content_type: src.content_type.clone(),
+            user_meta: src.user_meta.clone(),
+        });
+        let record = ObjectRecord {
+            size: written.extent.size,
+            // A copy of a multipart object keeps its ETag, as S3 does for a
+            // single-request copy under the part limit; here the MD5 is exact.
+            etag: written.md5,
+            modified_ms: cairn_meta::now_ms(),
+            content_type: attrs.content_type,
+            user_meta: attrs.user_meta,
+            extents: vec![written.extent],
+        };
+        self.commit_object(tenant, dst_bucket, dst_key, record, cond)
+            .await
+    }
+
+    /// The bytes `start..end` of an object, verified, as a stream of buffers.
+    pub fn read(
+        &self,
+        tenant: u64,
+        rec: &ObjectRecord,
+        start: u64,
+        end: u64,
+    ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
+        read::read_range(self.reader(tenant), rec, start, end)
+    }
+
+    fn reader(&self, tenant: u64) -> read::Reader {
+        read::Reader {
+            tenant,
+            chunks: self.chunks.clone(),
+            health: self.health.clone(),
+            counters: self.counters.clone(),
+            codecs: self.codecs.clone(),
+            read_ahead: self.cfg.read_ahead,
+        }
+    }
+
+    // ---- multipart ----
+
+    pub async fn create_upload(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        attrs: ObjectAttrs,
+    ) -> Result<String, ObjectError> {
+        self.bucket(tenant, bucket)?;
+        let upload_id = format!("{:032x}", rand::random::<u128>());
+        self.meta
+            .apply(Mutation::CreateUpload {
+                bucket: bucket.to_string(),
+                upload_id: upload_id.clone(),
+                record: UploadRecord {
+                    key: key.to_string(),
+                    created_ms: cairn_meta::now_ms(),
+                    content_type: attrs.content_type,
+                    user_meta: attrs.user_meta,
+                },
+            })
+            .await?;
+        Ok(upload_id)
+    }
+
+    /// The upload, checked to be for `key`.
+    pub fn upload(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+    ) -> Result<UploadRecord, ObjectError> {
+        self.bucket(tenant, bucket)?;
+        match self.meta.upload(bucket, upload_id)? {
+            Some(u) if u.key == key => Ok(u),
+            _ => Err(MetaError::NoSuchUpload(upload_id.to_string()).into()),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn upload_part<S, E>(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: S,
+        len: Option<u64>,
+    ) -> Result<String, ObjectError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
+        E: std::fmt::Display,
+    {
+        if part == 0 || part > MAX_PART_NUMBER {
+            return Err(ObjectError::InvalidPartNumber(part));
+        }
+        self.upload(tenant, bucket, upload_id, key)?;
+        let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
+        let extent = written.extent.clone();
+        let res = self
+            .meta
+            .apply(Mutation::PutPart {
+                bucket: bucket.to_string(),
+                upload_id: upload_id.to_string(),
+                part,
+                record: PartRecord {
+                    etag: written.md5.clone(),
+                    modified_ms: cairn_meta::now_ms(),
+                    extent: written.extent,
+                },
+            })
+            .await;
+        match res {
+            Ok(a) => {
+                self.free(tenant, a.freed);
+                Ok(written.md5)
+            }
+            Err(e) => {
+                self.free(tenant, vec![extent]);
+                Err(e.into())
+            }
+        }
+    }
+
+    pub async fn complete_upload(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<(u32, String)>,
+        cond: Precondition,
+    ) -> Result<ObjectRecord, ObjectError> {
+        self.upload(tenant, bucket, upload_id, key)?;
+        let applied = self
+            .meta
+            .apply(Mutation::CompleteUpload {
+                bucket: bucket.to_string(),
+                upload_id: upload_id.to_string(),
+                parts,
+                min_part_size: MIN_PART_SIZE,
+                cond,
+            })
+            .await?;
+        self.free(tenant, applied.freed);
+        applied
+            .object
+            .ok_or_else(|| MetaError::Db("complete returned no object".into()).into())
+    }
+
+    pub async fn abort_upload(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), ObjectError> {
+        self.upload(tenant, bucket, upload_id, key)?;
+        let applied = self
+            .meta
+            .apply(Mutation::AbortUpload {
+                bucket: bucket.to_string(),
+                upload_id: upload_id.to_string(),
+            })
+            .await?;
+        self.free(tenant, applied.freed);
+        Ok(())
+    }
+
+    // ---- space ----
+
+    /// Deletes the chunks of extents no manifest references any more, in the
+    /// background. A failure here only leaves orphans for the collector.
+    pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
+        if extents.is_empty() {
+            return;
+        }
+        let chunks = self.chunks.clone();
+        tokio::spawn(async move {
+            let mut ops = Vec::new();
+            for e in &extents {
+                match &e.layout {
+                    Layout::Replicated { drives } => {
+                        for &drive in drives.iter().filter(|&&d| d != cairn_meta::UNPLACED) {
+                            ops.push(Request::Delete {
+                                drive,
+                                id: chunk_id(e.id, 0, 0),
+                                tenant,
+                            });
+                        }
+                    }
+                    Layout::Erasure { stripes, .. } => {
+                        for (s, stripe) in stripes.iter().enumerate() {
+                            for (f, &drive) in stripe.drives.iter().enumerate() {
+                                if drive != cairn_meta::UNPLACED {
+                                    ops.push(Request::Delete {
+                                        drive,
+                                        id: chunk_id(e.id, s as u32, f as u8),
+                                        tenant,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for batch in ops.chunks(1024) {
+                if let Err(e) = chunks.call(batch.to_vec()).await {
+                    tracing::warn!("deleting freed chunks failed (left for the collector): {e}");
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Deletes every chunk that no manifest or upload part references. Run before
+    /// serving: at that point no write is in flight, so an unreferenced chunk can
+    /// only be the remains of a write that was never acknowledged.
+    pub async fn collect_garbage(&self) -> Result<u64, ObjectError> {
+        let keep = self.meta.referenced_extents()?;
+        let mut deleted = 0u64;
+        for drive in 0..self.cfg.drives {
+            let mut after = ChunkId::MIN;
+            loop {
+                let res = self
+                    .chunks
+                    .call(vec![Request::List {
+                        drive,
+                        after,
+                        limit: 4096,
+                    }])
+                    .await?;
+                let chunks = match res.into_iter().next() {
+                    Some(Ok(cairn_chunkproto::Reply::List { chunks })) => chunks,
+                    Some(Err(f)) if f.code == FailureCode::DriveFailed => break,
+                    Some(Err(f)) => return Err(ObjectError::Unavailable(f.to_string())),
+                    _ => return Err(ProtoError::Mismatch("expected List").into()),
+                };
+                let Some(&(last, _)) = chunks.last() else {
+                    break;
+                };
+                after = last;
+                let ops: Vec<_> = chunks
+                    .iter()
+                    .filter(|(id, _)| !keep.contains(&extent_of(*id)))
+                    .map(|&(id, tenant)| Request::Delete { drive, id, tenant })
+                    .collect();
+                if !ops.is_empty() {
+                    deleted += ops.len() as u64;
+                    self.chunks.call(ops).await?;
+                }
+            }
+        }
+        self.counters
+            .collected_chunks
+            .fetch_add(deleted, Ordering::Relaxed);
+        Ok(deleted)
+    }
+}

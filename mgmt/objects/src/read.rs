@@ -1,0 +1,349 @@
+//! The read path: verified bytes of a range, reconstructed when fragments are lost.
+//!
+//! The fast path fetches only the data fragments that overlap the range. If any of
+//! them fails (missing, corrupt, on a failed drive), the stripe is read degraded:
+//! every other fragment is fetched, the stripe is reconstructed from any k, and
+//! fragments that came back corrupt or missing from a healthy drive are rewritten
+//! in place. The datapath verifies each fragment's checksum before returning it, so
+//! every byte handed to a client has been verified or rebuilt from verified bytes;
+//! when fewer than k fragments survive, the read fails and no byte is invented.
+
+use crate::{chunk_id, Codecs, Counters, DriveHealth, ObjectError};
+use bytes::{Bytes, BytesMut};
+use cairn_chunkproto::{ChunkClient, Failure, FailureCode, Reply, Request};
+use cairn_meta::{Extent, Layout, ObjectRecord, Stripe, UNPLACED};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// What a read needs, cloned into the stream so it outlives the request handler.
+#[derive(Clone)]
+pub(crate) struct Reader {
+    pub tenant: u64,
+    pub chunks: ChunkClient,
+    pub health: Arc<DriveHealth>,
+    pub counters: Arc<Counters>,
+    pub codecs: Arc<Codecs>,
+    pub read_ahead: usize,
+}
+
+/// One unit of reading: a byte range of one stripe (or of one replicated extent).
+struct Piece {
+    extent: Arc<Extent>,
+    stripe: usize,
+    range: Range<usize>,
+}
+
+pub(crate) fn read_range(
+    reader: Reader,
+    rec: &ObjectRecord,
+    start: u64,
+    end: u64,
+) -> BoxStream<'static, Result<Bytes, ObjectError>> {
+    let mut pieces = Vec::new();
+    let mut base = 0u64;
+    for e in &rec.extents {
+        let (lo, hi) = (base, base + e.size);
+        base = hi;
+        if hi <= start || lo >= end {
+            continue;
+        }
+        let (a, b) = (start.max(lo) - lo, end.min(hi) - lo);
+        let extent = Arc::new(e.clone());
+        match &e.layout {
+            Layout::Replicated { .. } => pieces.push(Piece {
+                extent,
+                stripe: 0,
+                range: a as usize..b as usize,
+            }),
+            Layout::Erasure { k, shard, stripes, .. } => {
+                let stripe_bytes = *k as u64 * *shard as u64;
+                let first = (a / stripe_bytes) as usize;
+                let last = ((b - 1) / stripe_bytes) as usize;
+                for s in first..=last.min(stripes.len().saturating_sub(1)) {
+                    let s_lo = s as u64 * stripe_bytes;
+                    let s_hi = s_lo + stripes[s].len as u64;
+                    let (pa, pb) = (a.max(s_lo) - s_lo, b.min(s_hi) - s_lo);
+                    if pa < pb {
+                        pieces.push(Piece {
+                            extent: extent.clone(),
+                            stripe: s,
+                            range: pa as usize..pb as usize,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let ahead = reader.read_ahead.max(1);
+    stream::iter(pieces)
+        .map(move |p| {
+            let r = reader.clone();
+            async move { r.read_piece(p).await }
+        })
+        .buffered(ahead)
+        .map_ok(|parts| stream::iter(parts.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
+}
+
+impl Reader {
+    async fn read_piece(&self, p: Piece) -> Result<Vec<Bytes>, ObjectError> {
+        match &p.extent.layout {
+            Layout::Replicated { drives } => self.read_replicated(&p, drives).await,
+            Layout::Erasure { k, m, stripes, .. } => {
+                self.read_stripe(&p, *k as usize, *m as usize, &stripes[p.stripe])
+                    .await
+            }
+        }
+    }
+
+    async fn get(&self, ops: Vec<Request>) -> Result<Vec<Result<Bytes, Failure>>, ObjectError> {
+        let drives: Vec<u16> = ops.iter().map(|o| o.drive()).collect();
+        let res = self.chunks.call(ops).await?;
+        Ok(res
+            .into_iter()
+            .zip(drives)
+            .map(|(r, d)| match r {
+                Ok(Reply::Get { payload }) => Ok(payload),
+                Ok(_) => Err(Failure::new(FailureCode::Io, "unexpected reply to Get")),
+                Err(f) => {
+                    if f.code == FailureCode::DriveFailed {
+                        self.health.mark_failed(d);
+                    }
+                    Err(f)
+                }
+            })
+            .collect())
+    }
+
+    async fn read_replicated(&self, p: &Piece, drives: &[u16]) -> Result<Vec<Bytes>, ObjectError> {
+        let id = chunk_id(p.extent.id, 0, 0);
+        let mut order: Vec<u16> = drives.to_vec();
+        // Healthy drives first; a failed one is still tried last, in case the
+        // health view is stale.
+        order.sort_by_key(|&d| !self.health.is_healthy(d));
+        let mut bad = Vec::new();
+        let mut last_err = String::from("no copies");
+        for d in order {
+            let res = self
+                .get(vec![Request::Get {
+                    drive: d,
+                    id,
+                    tenant: self.tenant,
+                }])
+                .await?;
+            match res.into_iter().next() {
+                Some(Ok(data)) if data.len() as u64 == p.extent.size => {
+                    if !bad.is_empty() {
+                        self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
+                        self.repair(bad.into_iter().map(|d| (d, id, data.clone())).collect());
+                    }
+                    return Ok(vec![data.slice(p.range.clone())]);
+                }
+                Some(Ok(data)) => {
+                    last_err = format!("copy on drive {d} has {} bytes", data.len());
+                    bad.push(d);
+                }
+                Some(Err(f)) => {
+                    last_err = format!("drive {d}: {f}");
+                    if repairable(&f) && self.health.is_healthy(d) {
+                        bad.push(d);
+                    }
+                }
+                None => {}
+            }
+        }
+        self.counters.unreadable.fetch_add(1, Ordering::Relaxed);
+        Err(ObjectError::Unavailable(format!(
+            "extent {:x}: no readable copy ({last_err})",
+            p.extent.id
+        )))
+    }
+
+    async fn read_stripe(
+        &self,
+        p: &Piece,
+        k: usize,
+        m: usize,
+        stripe: &Stripe,
+    ) -> Result<Vec<Bytes>, ObjectError> {
+        let len = stripe.len as usize;
+        let shard_len = len.div_ceil(k).max(1);
+        let first = p.range.start / shard_len;
+        let last = (p.range.end - 1) / shard_len;
+        let wanted: Vec<usize> = (first..=last).collect();
+        let mut frags: Vec<Option<Bytes>> = vec![None; k + m];
+        let mut failed: Vec<(usize, Failure)> = Vec::new();
+        self.fetch(p, stripe, &wanted, &mut frags, &mut failed)
+            .await?;
+        if wanted.iter().all(|&i| frags[i].is_some()) {
+            return Ok(slice_range(&frags, shard_len, &p.range));
+        }
+
+        // Degraded: fetch every other fragment and rebuild.
+        self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
+        let rest: Vec<usize> = (0..k + m).filter(|i| !wanted.contains(i)).collect();
+        self.fetch(p, stripe, &rest, &mut frags, &mut failed).await?;
+        let present = frags.iter().filter(|f| f.is_some()).count();
+        if present < k {
+            self.counters.unreadable.fetch_add(1, Ordering::Relaxed);
+            let why: Vec<String> = failed
+                .iter()
+                .map(|(i, f)| format!("fragment {i}: {f}"))
+                .collect();
+            return Err(ObjectError::Unavailable(format!(
+                "extent {:x} stripe {}: {present} of {} fragments readable, {k} needed ({})",
+                p.extent.id,
+                p.stripe,
+                k + m,
+                why.join("; ")
+            )));
+        }
+        let mut shards: Vec<Option<Vec<u8>>> =
+            frags.iter().map(|f| f.as_ref().map(|b| b.to_vec())).collect();
+        let codec = self.codecs.get(k as u8, m as u8)?;
+        codec.reconstruct(&mut shards)?;
+        let rebuilt: Vec<Option<Bytes>> = shards
+            .into_iter()
+            .map(|s| s.map(Bytes::from))
+            .collect();
+        // Rewrite what was bad on a healthy drive; a failed drive's fragments wait
+        // for repair onto another drive.
+        let fixes: Vec<_> = failed
+            .iter()
+            .filter(|(i, f)| repairable(f) && self.health.is_healthy(stripe.drives[*i]))
+            .filter_map(|(i, _)| {
+                rebuilt[*i].clone().map(|data| {
+                    (
+                        stripe.drives[*i],
+                        chunk_id(p.extent.id, p.stripe as u32, *i as u8),
+                        data,
+                    )
+                })
+            })
+            .collect();
+        self.repair(fixes);
+        Ok(slice_range(&rebuilt, shard_len, &p.range))
+    }
+
+    /// Fetches the listed fragments into `frags`, recording failures.
+    async fn fetch(
+        &self,
+        p: &Piece,
+        stripe: &Stripe,
+        which: &[usize],
+        frags: &mut [Option<Bytes>],
+        failed: &mut Vec<(usize, Failure)>,
+    ) -> Result<(), ObjectError> {
+        let shard_len = (stripe.len as usize).div_ceil(k_of(p)).max(1);
+        let mut idx = Vec::new();
+        let mut ops = Vec::new();
+        for &i in which {
+            let d = stripe.drives[i];
+            if d == UNPLACED {
+                failed.push((i, Failure::new(FailureCode::NotFound, "never placed")));
+                continue;
+            }
+            if !self.health.is_healthy(d) {
+                failed.push((i, Failure::new(FailureCode::DriveFailed, "drive failed")));
+                continue;
+            }
+            idx.push(i);
+            ops.push(Request::Get {
+                drive: d,
+                id: chunk_id(p.extent.id, p.stripe as u32, i as u8),
+                tenant: self.tenant,
+            });
+        }
+        if ops.is_empty() {
+            return Ok(());
+        }
+        for (i, r) in idx.into_iter().zip(self.get(ops).await?) {
+            match r {
+                Ok(b) if b.len() == shard_len => frags[i] = Some(b),
+                Ok(b) => failed.push((
+                    i,
+                    Failure::new(
+                        FailureCode::Corrupt,
+                        format!("fragment has {} bytes, expected {shard_len}", b.len()),
+                    ),
+                )),
+                Err(f) => failed.push((i, f)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Rewrites fragments in the background; each rewrite is verified by the
+    /// datapath's checksum on its next read, and counted once acknowledged.
+    fn repair(&self, fixes: Vec<(u16, cairn_chunkproto::ChunkId, Bytes)>) {
+        if fixes.is_empty() {
+            return;
+        }
+        let chunks = self.chunks.clone();
+        let counters = self.counters.clone();
+        let tenant = self.tenant;
+        tokio::spawn(async move {
+            let n = fixes.len();
+            let ops = fixes
+                .into_iter()
+                .map(|(drive, id, payload)| Request::Put {
+                    drive,
+                    id,
+                    tenant,
+                    key_id: 0,
+                    payload,
+                })
+                .collect();
+            match chunks.call(ops).await {
+                Ok(res) => {
+                    let ok = res.iter().filter(|r| r.is_ok()).count();
+                    counters
+                        .repaired_fragments
+                        .fetch_add(ok as u64, Ordering::Relaxed);
+                    tracing::info!("repaired {ok} of {n} fragments");
+                }
+                Err(e) => tracing::warn!("fragment repair failed: {e}"),
+            }
+        });
+    }
+}
+
+fn k_of(p: &Piece) -> usize {
+    match &p.extent.layout {
+        Layout::Erasure { k, .. } => *k as usize,
+        Layout::Replicated { .. } => 1,
+    }
+}
+
+/// Whether a failed fragment can be rewritten where it was.
+fn repairable(f: &Failure) -> bool {
+    matches!(f.code, FailureCode::Corrupt | FailureCode::NotFound)
+}
+
+/// The bytes `range` of a stripe whose data fragments are all present.
+fn slice_range(frags: &[Option<Bytes>], shard_len: usize, range: &Range<usize>) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    let mut pos = range.start;
+    while pos < range.end {
+        let i = pos / shard_len;
+        let off = pos - i * shard_len;
+        let n = (shard_len - off).min(range.end - pos);
+        if let Some(f) = &frags[i] {
+            out.push(f.slice(off..off + n));
+        }
+        pos += n;
+    }
+    // Small pieces from several fragments are joined so the stream does not
+    // carry a flurry of tiny buffers.
+    if out.len() > 1 && out.iter().map(|b| b.len()).sum::<usize>() < 64 << 10 {
+        let mut b = BytesMut::new();
+        for o in &out {
+            b.extend_from_slice(o);
+        }
+        return vec![b.freeze()];
+    }
+    out
+}

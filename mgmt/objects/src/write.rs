@@ -1,0 +1,359 @@
+//! The write path: a body becomes one extent, replicated or erasure coded.
+
+use crate::{chunk_id, place, Codecs, ObjectError, ObjectStore, Written};
+use bytes::{Bytes, BytesMut};
+use cairn_chunkproto::{ChunkClient, FailureCode, Request};
+use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
+use futures::{Stream, StreamExt};
+use md5::{Digest, Md5};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// A body as it arrives: counted, hashed and checked against its declared length.
+struct Body<S> {
+    inner: S,
+    md5: Md5,
+    got: u64,
+    want: Option<u64>,
+    max: u64,
+    done: bool,
+}
+
+impl<S, E> Body<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    async fn next(&mut self) -> Result<Option<Bytes>, ObjectError> {
+        if self.done {
+            return Ok(None);
+        }
+        match self.inner.next().await {
+            Some(Ok(b)) => {
+                self.got += b.len() as u64;
+                if let Some(want) = self.want {
+                    if self.got > want {
+                        return Err(ObjectError::BodyTooLong(want));
+                    }
+                }
+                if self.got > self.max {
+                    return Err(ObjectError::TooLarge {
+                        size: self.got,
+                        max: self.max,
+                    });
+                }
+                self.md5.update(&b);
+                Ok(Some(b))
+            }
+            Some(Err(e)) => Err(ObjectError::Body(e.to_string())),
+            None => {
+                self.done = true;
+                if let Some(want) = self.want {
+                    if self.got != want {
+                        return Err(ObjectError::IncompleteBody {
+                            got: self.got,
+                            want,
+                        });
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Appends to `buf` until it holds `target` bytes or the body ends.
+    async fn fill(&mut self, buf: &mut BytesMut, target: usize) -> Result<(), ObjectError> {
+        while buf.len() < target {
+            match self.next().await? {
+                Some(b) => buf.extend_from_slice(&b),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ObjectStore {
+    /// Stores a body as a new extent; returns it once every fragment that will be
+    /// acknowledged is durable. Nothing references the extent until the caller
+    /// commits a manifest.
+    pub async fn write<S, E>(
+        &self,
+        tenant: u64,
+        body: S,
+        len: Option<u64>,
+        max: u64,
+    ) -> Result<Written, ObjectError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
+        E: std::fmt::Display,
+    {
+        if let Some(l) = len {
+            if l > max {
+                return Err(ObjectError::TooLarge { size: l, max });
+            }
+        }
+        let mut body = Body {
+            inner: body,
+            md5: Md5::new(),
+            got: 0,
+            want: len,
+            max,
+            done: false,
+        };
+        let id = rand::random::<u128>() >> 32;
+        let healthy = self.health.snapshot();
+        let small = self.cfg.small_object;
+        let mut buf = BytesMut::with_capacity(match len {
+            Some(l) if l as usize <= small => l as usize,
+            _ => small + 1,
+        });
+        // Read one byte past the small-object limit to learn which layout applies
+        // even when the length is not declared (chunked uploads).
+        body.fill(&mut buf, small + 1).await?;
+        let extent = if buf.len() <= small && body.done {
+            self.write_replicated(tenant, id, buf.freeze(), &healthy)
+                .await?
+        } else {
+            self.write_erasure(tenant, id, &mut body, buf, &healthy)
+                .await?
+        };
+        Ok(Written {
+            md5: hex::encode(body.md5.finalize_reset()),
+            extent,
+        })
+    }
+
+    async fn write_replicated(
+        &self,
+        tenant: u64,
+        id: u128,
+        data: Bytes,
+        healthy: &[bool],
+    ) -> Result<Extent, ObjectError> {
+        let copies = self.cfg.replicas as usize;
+        let drives = place(id, 0, copies, healthy);
+        let quorum = copies.min(2);
+        let cid = chunk_id(id, 0, 0);
+        let targets: Vec<u16> = drives.iter().copied().filter(|&d| d != UNPLACED).collect();
+        let ops = targets
+            .iter()
+            .map(|&drive| Request::Put {
+                drive,
+                id: cid,
+                tenant,
+                key_id: 0,
+                payload: data.clone(),
+            })
+            .collect();
+        let placed = put_all(&self.chunks, &self.health, &targets, ops).await?;
+        let ok = placed.iter().filter(|&&d| d != UNPLACED).count();
+        if ok < quorum {
+            return Err(ObjectError::Unavailable(format!(
+                "{ok} of {copies} copies written, {quorum} needed"
+            )));
+        }
+        Ok(Extent {
+            id,
+            size: data.len() as u64,
+            layout: Layout::Replicated {
+                drives: placed.into_iter().filter(|&d| d != UNPLACED).collect(),
+            },
+        })
+    }
+
+    async fn write_erasure<S, E>(
+        &self,
+        tenant: u64,
+        id: u128,
+        body: &mut Body<S>,
+        mut buf: BytesMut,
+        healthy: &[bool],
+    ) -> Result<Extent, ObjectError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
+        E: std::fmt::Display,
+    {
+        let (k, m) = self.cfg.ec;
+        let stripe_bytes = k as usize * self.cfg.shard_size;
+        // A stripe must have every data fragment and at least one parity fragment
+        // durable before it counts: fewer would be acknowledged without redundancy.
+        let quorum = k as usize + usize::from(m > 0);
+        let codec = self.codecs.get(k, m)?;
+        let mut inflight = VecDeque::new();
+        let mut stripes = Vec::new();
+        let mut size = 0u64;
+        let mut index = 0u32;
+        loop {
+            body.fill(&mut buf, stripe_bytes).await?;
+            if buf.is_empty() {
+                break;
+            }
+            let take = buf.len().min(stripe_bytes);
+            let data = buf.split_to(take).freeze();
+            size += data.len() as u64;
+            let drives = place(id, index, k as usize + m as usize, healthy);
+            let job = StripeJob {
+                chunks: self.chunks.clone(),
+                health: self.health.clone(),
+                codecs: self.codecs.clone(),
+                tenant,
+                id,
+                index,
+                k,
+                m,
+                quorum,
+                drives,
+            };
+            inflight.push_back(tokio::spawn(job.run(data)));
+            index += 1;
+            if index >= 1 << 24 {
+                return Err(ObjectError::TooLarge {
+                    size,
+                    max: size - 1,
+                });
+            }
+            while inflight.len() >= self.cfg.stripes_in_flight.max(1) {
+                stripes.push(join(inflight.pop_front()).await?);
+            }
+            if buf.capacity() < stripe_bytes {
+                buf.reserve(stripe_bytes);
+            }
+        }
+        drop(codec);
+        for h in inflight {
+            stripes.push(join(Some(h)).await?);
+        }
+        Ok(Extent {
+            id,
+            size,
+            layout: Layout::Erasure {
+                k,
+                m,
+                shard: self.cfg.shard_size as u32,
+                stripes,
+            },
+        })
+    }
+}
+
+async fn join(
+    h: Option<tokio::task::JoinHandle<Result<Stripe, ObjectError>>>,
+) -> Result<Stripe, ObjectError> {
+    match h {
+        Some(h) => h
+            .await
+            .map_err(|e| ObjectError::Unavailable(format!("stripe writer failed: {e}")))?,
+        None => Err(ObjectError::Unavailable("no stripe in flight".into())),
+    }
+}
+
+struct StripeJob {
+    chunks: ChunkClient,
+    health: Arc<crate::DriveHealth>,
+    codecs: Arc<Codecs>,
+    tenant: u64,
+    id: u128,
+    index: u32,
+    k: u8,
+    m: u8,
+    quorum: usize,
+    drives: Vec<u16>,
+}
+
+impl StripeJob {
+    async fn run(self, data: Bytes) -> Result<Stripe, ObjectError> {
+        let (k, m) = (self.k as usize, self.m as usize);
+        let len = data.len();
+        let shard_len = len.div_ceil(k).max(1);
+        let codec = self.codecs.get(self.k, self.m)?;
+        let mut frags: Vec<Bytes> = Vec::with_capacity(k + m);
+        for i in 0..k {
+            let start = (i * shard_len).min(len);
+            let end = ((i + 1) * shard_len).min(len);
+            if end - start == shard_len {
+                frags.push(data.slice(start..end));
+            } else {
+                // Only the tail of the last stripe is padded (and so copied).
+                let mut v = vec![0u8; shard_len];
+                v[..end - start].copy_from_slice(&data[start..end]);
+                frags.push(Bytes::from(v));
+            }
+        }
+        if m > 0 {
+            let mut parity = vec![vec![0u8; shard_len]; m];
+            {
+                let data_refs: Vec<&[u8]> = frags.iter().map(|b| &b[..]).collect();
+                let mut parity_refs: Vec<&mut [u8]> =
+                    parity.iter_mut().map(|p| &mut p[..]).collect();
+                codec.encode(&data_refs, &mut parity_refs)?;
+            }
+            frags.extend(parity.into_iter().map(Bytes::from));
+        }
+        let mut targets = Vec::new();
+        let mut ops = Vec::new();
+        for (f, payload) in frags.into_iter().enumerate() {
+            let drive = self.drives[f];
+            if drive == UNPLACED {
+                continue;
+            }
+            targets.push(drive);
+            ops.push(Request::Put {
+                drive,
+                id: chunk_id(self.id, self.index, f as u8),
+                tenant: self.tenant,
+                key_id: 0,
+                payload,
+            });
+        }
+        let acked = put_all(&self.chunks, &self.health, &targets, ops).await?;
+        // Map acknowledgements back to fragment positions.
+        let mut placed = self.drives.clone();
+        for d in placed.iter_mut() {
+            if *d != UNPLACED && !acked.contains(d) {
+                *d = UNPLACED;
+            }
+        }
+        let ok = placed.iter().filter(|&&d| d != UNPLACED).count();
+        if ok < self.quorum {
+            return Err(ObjectError::Unavailable(format!(
+                "stripe {}: {ok} of {} fragments durable, {} needed",
+                self.index,
+                k + m,
+                self.quorum
+            )));
+        }
+        Ok(Stripe {
+            len: len as u32,
+            drives: placed,
+        })
+    }
+}
+
+/// Sends puts (one per target drive) in one batch; returns the drives that
+/// acknowledged, `UNPLACED` in the position of each that did not.
+async fn put_all(
+    chunks: &ChunkClient,
+    health: &crate::DriveHealth,
+    targets: &[u16],
+    ops: Vec<Request>,
+) -> Result<Vec<u16>, ObjectError> {
+    if ops.is_empty() {
+        return Ok(Vec::new());
+    }
+    let res = chunks.call(ops).await?;
+    Ok(targets
+        .iter()
+        .zip(res)
+        .map(|(&d, r)| match r {
+            Ok(_) => d,
+            Err(f) => {
+                if f.code == FailureCode::DriveFailed {
+                    health.mark_failed(d);
+                }
+                tracing::warn!(drive = d, "fragment write failed: {f}");
+                UNPLACED
+            }
+        })
+        .collect())
+}
