@@ -1,1 +1,78 @@
-//! placeholder
+//! The S3 front end.
+//!
+//! Owns the translation between S3 (parsed, authenticated and rendered by the `s3s`
+//! crate: SigV4 in headers and presigned URLs, XML bodies and errors) and the object
+//! store, and the HTTP server that carries it. It holds no data and no state of its
+//! own beyond the credential table: every decision about bytes is the object
+//! store's, so other front ends see the same objects with the same guarantees.
+
+mod auth;
+mod error;
+mod ops;
+
+pub use auth::{Credential, Keys};
+pub use ops::CairnS3;
+
+use cairn_objects::ObjectStore;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto::Builder as ConnBuilder;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+
+/// Errors of the S3 front end's server.
+#[derive(Debug, thiserror::Error)]
+pub enum S3FrontError {
+    #[error("S3 listener: {0}")]
+    Listen(#[from] std::io::Error),
+}
+
+/// Serves S3 on `listener` until `shutdown` resolves; connections in progress are
+/// allowed to finish.
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<ObjectStore>,
+    keys: Keys,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), S3FrontError> {
+    let service = {
+        let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store, keys.clone()));
+        b.set_auth(keys);
+        b.build()
+    };
+    let mut conn = ConnBuilder::new(TokioExecutor::new());
+    // Bound what one client can make the server buffer before a request is parsed:
+    // oversized headers are refused with 431, not held in memory.
+    conn.http1().max_buf_size(64 << 10);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("S3 accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = socket.set_nodelay(true);
+        let conn = conn
+            .serve_connection(TokioIo::new(socket), service.clone())
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, "S3 connection ended: {e}");
+            }
+        });
+    }
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {
+            tracing::warn!("S3 connections still open after 10 s; closing");
+        }
+    }
+    Ok(())
+}

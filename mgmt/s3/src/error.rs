@@ -1,0 +1,51 @@
+//! Object-store errors as S3 errors: the right code, a message that says what
+//! happened, and internals logged rather than shown.
+
+use cairn_meta::MetaError;
+use cairn_objects::ObjectError;
+use s3s::{s3_error, S3Error};
+
+pub(crate) fn to_s3(e: ObjectError) -> S3Error {
+    match e {
+        ObjectError::Meta(m) => match m {
+            MetaError::NoSuchBucket(b) => s3_error!(NoSuchBucket, "bucket {b} does not exist"),
+            MetaError::BucketExists(b) => {
+                s3_error!(BucketAlreadyOwnedByYou, "bucket {b} already exists")
+            }
+            MetaError::BucketNotEmpty(b) => s3_error!(BucketNotEmpty, "bucket {b} is not empty"),
+            MetaError::NoSuchKey(k) => s3_error!(NoSuchKey, "key {k} does not exist"),
+            MetaError::NoSuchUpload(u) => s3_error!(NoSuchUpload, "upload {u} does not exist"),
+            MetaError::PreconditionFailed => s3_error!(PreconditionFailed),
+            MetaError::InvalidPart(n) => s3_error!(
+                InvalidPart,
+                "part {n} was not uploaded or its ETag does not match"
+            ),
+            MetaError::InvalidPartOrder => {
+                s3_error!(InvalidPartOrder, "parts must be in ascending order")
+            }
+            e @ MetaError::EntityTooSmall { .. } => s3_error!(EntityTooSmall, "{e}"),
+            e => internal(e),
+        },
+        ObjectError::AccessDenied => s3_error!(AccessDenied),
+        e @ ObjectError::Unavailable(_) => {
+            tracing::error!("{e}");
+            s3_error!(ServiceUnavailable, "{e}")
+        }
+        e @ (ObjectError::IncompleteBody { .. } | ObjectError::Body(_)) => {
+            s3_error!(IncompleteBody, "{e}")
+        }
+        e @ ObjectError::BodyTooLong(_) => s3_error!(InvalidRequest, "{e}"),
+        e @ ObjectError::TooLarge { .. } => s3_error!(EntityTooLarge, "{e}"),
+        e @ ObjectError::InvalidPartNumber(_) => s3_error!(InvalidArgument, "{e}"),
+        e @ ObjectError::Chunk(_) => {
+            tracing::error!("{e}");
+            s3_error!(ServiceUnavailable, "storage is unavailable: {e}")
+        }
+        e => internal(e),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> S3Error {
+    tracing::error!("internal error: {e}");
+    s3_error!(InternalError, "internal error")
+}
