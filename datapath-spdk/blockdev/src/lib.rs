@@ -135,7 +135,7 @@ pub trait QueuePair: Send + std::fmt::Debug {
 }
 
 pub(crate) fn check_range(info_size: u64, block: u64, offset: u64, len: u64) -> Result<()> {
-    if offset % block != 0 || len % block != 0 {
+    if !offset.is_multiple_of(block) || !len.is_multiple_of(block) {
         return Err(BlockError::Invalid(format!(
             "offset {offset} / length {len} not aligned to {block}"
         )));

@@ -1,0 +1,1155 @@
+//! The chunk store proper: segments, group commit, index rebuild, compaction.
+//!
+//! I/O is issued through the queue pair and waited for inside each call: a call is
+//! one reactor step for its drive (a whole group-committed batch, or all the reads
+//! of a batch issued together). Reads of one call run in parallel on the queue.
+
+use crate::format::*;
+use crate::{Result, StoreError};
+use bytes::Bytes;
+use cairn_blockdev::{BlockDevice, BlockError, Completion, DmaBuf, QueuePair};
+use cairn_chunkproto::{ChunkId, TenantId};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+/// Largest single write; bigger batches are split (each piece is still durable
+/// before anything is acknowledged).
+const MAX_BATCH_BYTES: usize = 8 << 20;
+/// Free segments held back from new writes so compaction always has a target.
+const RESERVED_SEGMENTS: usize = 1;
+/// A device that does not complete an I/O in this long is treated as failed.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Identity and geometry for formatting a drive.
+#[derive(Clone, Debug)]
+pub struct FormatParams {
+    pub drive_uuid: [u8; 16],
+    pub node_id: [u8; 16],
+    pub cluster_id: [u8; 16],
+    pub drive_index: u16,
+    /// Bytes per segment (a multiple of 4 KiB, at least 64 KiB).
+    pub segment_size: u64,
+}
+
+/// One write of a group-committed batch.
+#[derive(Clone, Copy, Debug)]
+pub enum WriteOp<'a> {
+    Put {
+        id: ChunkId,
+        tenant: TenantId,
+        key_id: u32,
+        payload: &'a [u8],
+    },
+    Delete {
+        id: ChunkId,
+        tenant: TenantId,
+    },
+}
+
+/// The result of one durable write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Put,
+    Delete { existed: bool },
+}
+
+/// Space accounting, for `DriveInfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Bytes of the device given to segments.
+    pub capacity: u64,
+    /// Bytes of live put records (header + payload).
+    pub live_bytes: u64,
+    /// Bytes of segments in use (open or sealed).
+    pub allocated_bytes: u64,
+    /// Live chunks.
+    pub chunks: u64,
+    pub free_segments: u64,
+    pub segments: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    seg: u32,
+    off: u32,
+    plen: u32,
+    crc: u32,
+    seq: u64,
+    tenant: TenantId,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SegState {
+    Free,
+    Open,
+    Sealed,
+}
+
+#[derive(Clone, Debug)]
+struct Seg {
+    state: SegState,
+    open_seq: u64,
+    /// Next write position within the segment (block aligned).
+    write_off: u64,
+    /// Records written to this segment; kept only while it is open (for the summary).
+    entries: Vec<SummaryEntry>,
+    /// Bytes of live put records.
+    live: u64,
+    /// Bytes of all records written.
+    used: u64,
+    /// Lowest seq of any record in the segment (u64::MAX when none).
+    min_seq: u64,
+}
+
+impl Seg {
+    fn free() -> Self {
+        Seg {
+            state: SegState::Free,
+            open_seq: 0,
+            write_off: BLOCK as u64,
+            entries: Vec::new(),
+            live: 0,
+            used: 0,
+            min_seq: u64::MAX,
+        }
+    }
+}
+
+enum Io {
+    Read { off: u64, len: u64 },
+    Write { off: u64, buf: DmaBuf },
+    Trim { off: u64, len: u64 },
+}
+
+/// One drive's chunk store. See the crate documentation.
+pub struct ChunkStore {
+    qp: Box<dyn QueuePair>,
+    sb: Superblock,
+    name: String,
+    segs: Vec<Seg>,
+    free: BTreeSet<u32>,
+    open: Option<u32>,
+    index: BTreeMap<ChunkId, Entry>,
+    /// Chunks whose newest record is a tombstone, and where that tombstone lives.
+    tombs: HashMap<ChunkId, Entry>,
+    next_seq: u64,
+    failed: Option<String>,
+}
+
+impl std::fmt::Debug for ChunkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStore")
+            .field("device", &self.name)
+            .field("chunks", &self.index.len())
+            .field("failed", &self.failed)
+            .finish()
+    }
+}
+
+impl ChunkStore {
+    /// Reads block 0 of a device.
+    pub fn probe(dev: &dyn BlockDevice) -> Result<Probe> {
+        let mut qp = dev.open_queue()?;
+        let b = read_sync(qp.as_mut(), 0, BLOCK as u64)?;
+        Ok(Superblock::probe(b.as_slice()))
+    }
+
+    /// Formats a blank device (refuses anything else) and opens it.
+    pub fn format(dev: &dyn BlockDevice, p: &FormatParams) -> Result<Self> {
+        match Self::probe(dev)? {
+            Probe::Blank => {}
+            Probe::Cairn(_) | Probe::Foreign => return Err(StoreError::Foreign),
+        }
+        if p.segment_size < 16 * BLOCK as u64
+            || !p.segment_size.is_multiple_of(BLOCK as u64)
+            || p.segment_size > u32::MAX as u64
+        {
+            return Err(StoreError::Mismatch(format!(
+                "bad segment size {}",
+                p.segment_size
+            )));
+        }
+        let info = dev.info();
+        let count = info.size().saturating_sub(DATA_OFFSET) / p.segment_size;
+        if count < 2 {
+            return Err(StoreError::Mismatch(format!(
+                "device of {} bytes holds fewer than 2 segments of {}",
+                info.size(),
+                p.segment_size
+            )));
+        }
+        let sb = Superblock {
+            drive_uuid: p.drive_uuid,
+            node_id: p.node_id,
+            cluster_id: p.cluster_id,
+            drive_index: p.drive_index,
+            segment_size: p.segment_size,
+            segment_count: count,
+            data_offset: DATA_OFFSET,
+        };
+        let mut qp = dev.open_queue()?;
+        // Segment headers first (a blank superblock does not prove blank segments),
+        // the superblock last: a crash mid-format leaves a blank device.
+        let mut ios = Vec::new();
+        for s in 0..count as u32 {
+            ios.push(Io::Write {
+                off: sb.segment_offset(s),
+                buf: DmaBuf::zeroed(BLOCK)?,
+            });
+        }
+        for r in run(qp.as_mut(), ios) {
+            r?;
+        }
+        let mut b = DmaBuf::zeroed(BLOCK)?;
+        b.as_mut_slice()[..SB_LEN].copy_from_slice(&sb.encode());
+        write_sync(qp.as_mut(), 0, b)?;
+        drop(qp);
+        Self::open(dev)
+    }
+
+    /// Opens a formatted device and rebuilds the index: sealed segments from their
+    /// summaries, unsealed ones by scanning their batches up to the first invalid
+    /// one (a torn tail: never acknowledged). Unsealed segments are then sealed, so
+    /// nothing is ever appended after a torn tail.
+    pub fn open(dev: &dyn BlockDevice) -> Result<Self> {
+        let info = dev.info();
+        let mut qp = dev.open_queue()?;
+        let b0 = read_sync(qp.as_mut(), 0, BLOCK as u64)?;
+        let sb = match Superblock::probe(b0.as_slice()) {
+            Probe::Cairn(sb) => sb,
+            Probe::Blank => return Err(StoreError::NotFormatted),
+            Probe::Foreign => return Err(StoreError::Foreign),
+        };
+        let end = sb.data_offset + sb.segment_count * sb.segment_size;
+        if end > info.size() {
+            return Err(StoreError::Mismatch(format!(
+                "superblock describes {end} bytes, device has {}",
+                info.size()
+            )));
+        }
+        let n = sb.segment_count as u32;
+        let ss = sb.segment_size;
+        // Headers and footers of every segment, in one parallel round.
+        let mut ios = Vec::with_capacity(2 * n as usize);
+        for s in 0..n {
+            ios.push(Io::Read {
+                off: sb.segment_offset(s),
+                len: BLOCK as u64,
+            });
+            ios.push(Io::Read {
+                off: sb.segment_offset(s) + ss - BLOCK as u64,
+                len: BLOCK as u64,
+            });
+        }
+        let mut blocks = run(qp.as_mut(), ios).into_iter();
+        let mut segs = vec![Seg::free(); n as usize];
+        let mut all: Vec<(u32, SummaryEntry)> = Vec::new();
+        let mut max_seq = 0u64;
+        let mut to_free = Vec::new();
+        let mut to_seal = Vec::new();
+        for s in 0..n {
+            let (Some(h), Some(f)) = (blocks.next(), blocks.next()) else {
+                break;
+            };
+            let (h, f) = (h?, f?);
+            let Ok(hdr) = SegmentHeader::decode(h.as_slice()) else {
+                continue; // free (zeroed) or never used
+            };
+            if hdr.index != s {
+                to_free.push(s);
+                continue;
+            }
+            max_seq = max_seq.max(hdr.open_seq);
+            let base = sb.segment_offset(s);
+            let mut entries = None;
+            if let Ok(ft) = SegmentFooter::decode(f.as_slice()) {
+                let so = ft.summary_offset as u64;
+                if ft.index == s
+                    && ft.open_seq == hdr.open_seq
+                    && so >= BLOCK as u64
+                    && so < ss - BLOCK as u64
+                    && so.is_multiple_of(BLOCK as u64)
+                {
+                    let sum = read_sync(qp.as_mut(), base + so, ss - BLOCK as u64 - so)?;
+                    if let Ok(e) = parse_summary(sum.as_slice(), ft.entries, ft.summary_crc) {
+                        entries = Some(e);
+                    }
+                }
+            }
+            let seg = &mut segs[s as usize];
+            seg.open_seq = hdr.open_seq;
+            match entries {
+                Some(e) => {
+                    seg.state = SegState::Sealed;
+                    for x in e {
+                        all.push((s, x));
+                    }
+                }
+                None if hdr.kind == SegKind::Compaction => {
+                    // Compaction crashed before sealing its target: the sources are
+                    // intact, so the partial copy is dropped.
+                    to_free.push(s);
+                }
+                None => {
+                    let region =
+                        read_sync(qp.as_mut(), base + BLOCK as u64, ss - 2 * BLOCK as u64)?;
+                    let e = scan_segment(region.as_slice(), hdr.open_seq);
+                    if e.is_empty() {
+                        to_free.push(s);
+                        continue;
+                    }
+                    seg.state = SegState::Open;
+                    seg.write_off = e
+                        .iter()
+                        .map(|x| round_block(x.offset as u64 + record_len(x.payload_len)))
+                        .max()
+                        .unwrap_or(BLOCK as u64);
+                    seg.entries = e.clone();
+                    for x in e {
+                        all.push((s, x));
+                    }
+                    to_seal.push(s);
+                }
+            }
+        }
+        // Highest seq wins; equal seqs (a compaction copy and its source) are the
+        // same record, either copy will do.
+        let mut best: HashMap<ChunkId, (u32, SummaryEntry)> = HashMap::new();
+        for (s, e) in all {
+            max_seq = max_seq.max(e.seq);
+            let seg = &mut segs[s as usize];
+            seg.used += record_len(e.payload_len);
+            seg.min_seq = seg.min_seq.min(e.seq);
+            match best.get(&e.id) {
+                Some((_, b)) if b.seq >= e.seq => {}
+                _ => {
+                    best.insert(e.id, (s, e));
+                }
+            }
+        }
+        let mut index = BTreeMap::new();
+        let mut tombs = HashMap::new();
+        for (id, (s, e)) in best {
+            let entry = Entry {
+                seg: s,
+                off: e.offset,
+                plen: e.payload_len,
+                crc: e.payload_crc,
+                seq: e.seq,
+                tenant: e.tenant,
+            };
+            match e.kind {
+                RecordKind::Put => {
+                    segs[s as usize].live += record_len(e.payload_len);
+                    index.insert(id, entry);
+                }
+                RecordKind::Tombstone => {
+                    tombs.insert(id, entry);
+                }
+            }
+        }
+        let mut store = ChunkStore {
+            qp,
+            name: info.name,
+            sb,
+            segs,
+            free: BTreeSet::new(),
+            open: None,
+            index,
+            tombs,
+            next_seq: max_seq + 1,
+            failed: None,
+        };
+        for s in to_free {
+            store.release(s)?;
+        }
+        for s in to_seal {
+            store.seal(s)?;
+        }
+        for (i, s) in store.segs.iter().enumerate() {
+            if s.state == SegState::Free {
+                store.free.insert(i as u32);
+            }
+        }
+        tracing::debug!(device = %store.name, chunks = store.index.len(), free = store.free.len(), "chunk store open");
+        Ok(store)
+    }
+
+    /// The drive's superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+
+    /// Why the store failed, if it did.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Largest payload a chunk may have on this drive.
+    pub fn max_payload(&self) -> usize {
+        // A fresh segment: header block, one batch, a one-entry summary, footer.
+        let room = self.sb.segment_size - 3 * BLOCK as u64 - summary_len(1);
+        (room - BATCH_HEADER as u64 - RECORD_HEADER as u64 - 8).min(u32::MAX as u64) as usize
+    }
+
+    fn check_ok(&self) -> Result<()> {
+        match &self.failed {
+            Some(why) => Err(StoreError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn io(&mut self, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
+        let res = run(self.qp.as_mut(), ios);
+        for r in &res {
+            if let Err(e) = r {
+                let msg = e.to_string();
+                if self.failed.is_none() {
+                    tracing::error!(device = %self.name, "I/O error, failing the store: {msg}");
+                    self.failed = Some(msg);
+                }
+            }
+        }
+        res
+    }
+
+    fn write(&mut self, off: u64, buf: DmaBuf) -> Result<()> {
+        self.io(vec![Io::Write { off, buf }])
+            .pop()
+            .unwrap_or(Err(StoreError::Malformed("no completion")))?;
+        Ok(())
+    }
+
+    /// Durably marks a segment free (zeroed header) and gives its space back.
+    fn release(&mut self, s: u32) -> Result<()> {
+        let off = self.sb.segment_offset(s);
+        self.write(off, DmaBuf::zeroed(BLOCK)?)?;
+        // Punching the rest is only an optimisation (and drops the stale footer).
+        let _ = self.io(vec![Io::Trim {
+            off: off + BLOCK as u64,
+            len: self.sb.segment_size - BLOCK as u64,
+        }]);
+        self.segs[s as usize] = Seg::free();
+        self.free.insert(s);
+        if self.open == Some(s) {
+            self.open = None;
+        }
+        Ok(())
+    }
+
+    fn open_segment(&mut self, kind: SegKind) -> Result<u32> {
+        let s = self.free.pop_first().ok_or(StoreError::NoSpace)?;
+        let open_seq = self.next_seq;
+        self.next_seq += 1;
+        let mut b = DmaBuf::zeroed(BLOCK)?;
+        b.as_mut_slice()[..SEG_HEADER_LEN].copy_from_slice(
+            &SegmentHeader {
+                index: s,
+                kind,
+                open_seq,
+            }
+            .encode(),
+        );
+        if let Err(e) = self.write(self.sb.segment_offset(s), b) {
+            self.free.insert(s);
+            return Err(e);
+        }
+        let seg = &mut self.segs[s as usize];
+        *seg = Seg::free();
+        seg.state = SegState::Open;
+        seg.open_seq = open_seq;
+        Ok(s)
+    }
+
+    /// Writes the summary and footer into the segment's tail.
+    fn seal(&mut self, s: u32) -> Result<()> {
+        let ss = self.sb.segment_size;
+        let seg = &self.segs[s as usize];
+        let slen = summary_len(seg.entries.len());
+        let mut buf = DmaBuf::zeroed((slen + BLOCK as u64) as usize)?;
+        let b = buf.as_mut_slice();
+        for (i, e) in seg.entries.iter().enumerate() {
+            e.encode_into(&mut b[i * SUMMARY_ENTRY..(i + 1) * SUMMARY_ENTRY]);
+        }
+        let crc = crc32c::crc32c(&b[..seg.entries.len() * SUMMARY_ENTRY]);
+        let summary_offset = ss - BLOCK as u64 - slen;
+        let footer = SegmentFooter {
+            index: s,
+            open_seq: seg.open_seq,
+            entries: seg.entries.len() as u32,
+            summary_offset: summary_offset as u32,
+            summary_crc: crc,
+        };
+        b[slen as usize..slen as usize + FOOTER_LEN].copy_from_slice(&footer.encode());
+        self.write(self.sb.segment_offset(s) + summary_offset, buf)?;
+        let seg = &mut self.segs[s as usize];
+        seg.state = SegState::Sealed;
+        seg.entries = Vec::new();
+        if self.open == Some(s) {
+            self.open = None;
+        }
+        Ok(())
+    }
+
+    fn fits(&self, s: u32, batch_len: usize, records: usize) -> bool {
+        let seg = &self.segs[s as usize];
+        seg.write_off
+            + round_block(batch_len as u64)
+            + summary_len(seg.entries.len() + records)
+            + BLOCK as u64
+            <= self.sb.segment_size
+    }
+
+    fn ensure_open(&mut self) -> Result<u32> {
+        if let Some(s) = self.open {
+            return Ok(s);
+        }
+        if self.free.len() <= RESERVED_SEGMENTS {
+            self.compact(0.9)?;
+        }
+        if self.free.len() <= RESERVED_SEGMENTS {
+            return Err(StoreError::NoSpace);
+        }
+        let s = self.open_segment(SegKind::Log)?;
+        self.open = Some(s);
+        Ok(s)
+    }
+
+    fn apply(&mut self, s: u32, off: u32, h: &RecordHeader) {
+        let size = record_len(h.payload_len);
+        let seg = &mut self.segs[s as usize];
+        seg.used += size;
+        seg.min_seq = seg.min_seq.min(h.seq);
+        seg.entries.push(SummaryEntry {
+            seq: h.seq,
+            id: h.id,
+            tenant: h.tenant,
+            offset: off,
+            payload_len: h.payload_len,
+            payload_crc: h.payload_crc,
+            kind: h.kind,
+        });
+        let entry = Entry {
+            seg: s,
+            off,
+            plen: h.payload_len,
+            crc: h.payload_crc,
+            seq: h.seq,
+            tenant: h.tenant,
+        };
+        let old = match h.kind {
+            RecordKind::Put => {
+                self.segs[s as usize].live += size;
+                self.tombs.remove(&h.id);
+                self.index.insert(h.id, entry)
+            }
+            RecordKind::Tombstone => {
+                self.tombs.insert(h.id, entry);
+                self.index.remove(&h.id)
+            }
+        };
+        if let Some(o) = old {
+            let seg = &mut self.segs[o.seg as usize];
+            seg.live = seg.live.saturating_sub(record_len(o.plen));
+        }
+    }
+
+    /// Group commit: writes all `ops` as (normally) one durable write and returns one
+    /// result per op, in order, only after the data is on stable media.
+    pub fn write_batch(&mut self, ops: &[WriteOp<'_>]) -> Vec<Result<WriteOutcome>> {
+        let mut results: Vec<Option<Result<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
+        if let Err(e) = self.check_ok() {
+            return ops
+                .iter()
+                .map(|_| Err(StoreError::Failed(e.to_string())))
+                .collect();
+        }
+        // Plan: decide each op against the index as updated by the ops before it.
+        let mut view: HashMap<ChunkId, Option<TenantId>> = HashMap::new();
+        let mut plan: Vec<(usize, RecordHeader, &[u8])> = Vec::new();
+        let max = self.max_payload();
+        for (i, op) in ops.iter().enumerate() {
+            let (id, tenant) = match op {
+                WriteOp::Put { id, tenant, .. } | WriteOp::Delete { id, tenant } => (*id, *tenant),
+            };
+            let owner = match view.get(&id) {
+                Some(o) => *o,
+                None => self.index.get(&id).map(|e| e.tenant),
+            };
+            match op {
+                WriteOp::Put {
+                    key_id, payload, ..
+                } => {
+                    if payload.len() > max {
+                        results[i] = Some(Err(StoreError::TooLarge(payload.len(), max)));
+                    } else if owner.is_some_and(|t| t != tenant) {
+                        results[i] = Some(Err(StoreError::TenantConflict));
+                    } else {
+                        view.insert(id, Some(tenant));
+                        let h = RecordHeader {
+                            kind: RecordKind::Put,
+                            id,
+                            tenant,
+                            key_id: *key_id,
+                            payload_len: payload.len() as u32,
+                            payload_crc: crc32c::crc32c(payload),
+                            seq: 0,
+                        };
+                        plan.push((i, h, payload));
+                    }
+                }
+                WriteOp::Delete { .. } => {
+                    if owner == Some(tenant) {
+                        view.insert(id, None);
+                        let h = RecordHeader {
+                            kind: RecordKind::Tombstone,
+                            id,
+                            tenant,
+                            key_id: 0,
+                            payload_len: 0,
+                            payload_crc: crc32c::crc32c(&[]),
+                            seq: 0,
+                        };
+                        plan.push((i, h, &[]));
+                    } else {
+                        // Absent, or another tenant's: nothing to delete, nothing written.
+                        results[i] = Some(Ok(WriteOutcome::Delete { existed: false }));
+                    }
+                }
+            }
+        }
+        let mut i = 0;
+        while i < plan.len() {
+            let s = match self.ensure_open() {
+                Ok(s) => s,
+                Err(e) => {
+                    let msg = e.to_string();
+                    for (k, _, _) in &plan[i..] {
+                        results[*k] = Some(Err(match e {
+                            StoreError::NoSpace => StoreError::NoSpace,
+                            _ => StoreError::Failed(msg.clone()),
+                        }));
+                    }
+                    break;
+                }
+            };
+            let mut j = i;
+            let mut blen = BATCH_HEADER;
+            while j < plan.len() {
+                let nb = blen + record_len(plan[j].1.payload_len) as usize;
+                if nb > MAX_BATCH_BYTES && j > i {
+                    break;
+                }
+                if !self.fits(s, nb, j - i + 1) {
+                    break;
+                }
+                blen = nb;
+                j += 1;
+            }
+            if j == i && self.segs[s as usize].entries.is_empty() {
+                // Cannot happen for a validated size; never loop on it.
+                let (k, h, _) = &plan[i];
+                results[*k] = Some(Err(StoreError::TooLarge(h.payload_len as usize, max)));
+                i += 1;
+                continue;
+            }
+            if j == i {
+                // Not even one more record fits: seal and roll to a fresh segment.
+                if let Err(e) = self.seal(s) {
+                    let msg = e.to_string();
+                    for (k, _, _) in &plan[i..] {
+                        results[*k] = Some(Err(StoreError::Failed(msg.clone())));
+                    }
+                    break;
+                }
+                continue;
+            }
+            // Lay the records out in one buffer: this is the one copy of a payload.
+            let mut buf = match DmaBuf::zeroed(blen) {
+                Ok(b) => b,
+                Err(e) => {
+                    for (k, _, _) in &plan[i..] {
+                        results[*k] = Some(Err(StoreError::Io(BlockError::Alloc(blen))));
+                    }
+                    tracing::error!("{e}");
+                    break;
+                }
+            };
+            let first_seq = self.next_seq;
+            let mut placed = Vec::with_capacity(j - i);
+            {
+                let b = buf.as_mut_slice();
+                let mut pos = BATCH_HEADER;
+                for (_, h, payload) in &mut plan[i..j] {
+                    h.seq = self.next_seq;
+                    self.next_seq += 1;
+                    b[pos..pos + RECORD_HEADER].copy_from_slice(&h.encode());
+                    b[pos + RECORD_HEADER..pos + RECORD_HEADER + payload.len()]
+                        .copy_from_slice(payload);
+                    placed.push(pos);
+                    pos += record_len(h.payload_len) as usize;
+                }
+                let bh = BatchHeader {
+                    records: (j - i) as u32,
+                    len: blen as u32,
+                    first_seq,
+                    body_crc: crc32c::crc32c(&b[BATCH_HEADER..blen]),
+                };
+                b[..BATCH_HEADER].copy_from_slice(&bh.encode());
+            }
+            let wo = self.segs[s as usize].write_off;
+            match self.write(self.sb.segment_offset(s) + wo, buf) {
+                Ok(()) => {
+                    for (n, (k, h, _)) in plan[i..j].iter().enumerate() {
+                        self.apply(s, (wo as usize + placed[n]) as u32, h);
+                        results[*k] = Some(Ok(match h.kind {
+                            RecordKind::Put => WriteOutcome::Put,
+                            RecordKind::Tombstone => WriteOutcome::Delete { existed: true },
+                        }));
+                    }
+                    self.segs[s as usize].write_off = wo + round_block(blen as u64);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for (k, _, _) in &plan[i..] {
+                        results[*k] = Some(Err(StoreError::Failed(msg.clone())));
+                    }
+                    break;
+                }
+            }
+            i = j;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(StoreError::Malformed("operation left unanswered"))))
+            .collect()
+    }
+
+    /// Reads one chunk.
+    pub fn get(&mut self, id: ChunkId, tenant: TenantId) -> Result<Bytes> {
+        self.get_many(&[(id, tenant)])
+            .pop()
+            .unwrap_or(Err(StoreError::NotFound))
+    }
+
+    /// Reads several chunks with their I/Os in flight together. Every payload is
+    /// verified (header crc, payload crc, chunk id, tenant, seq) before it is returned.
+    pub fn get_many(&mut self, reqs: &[(ChunkId, TenantId)]) -> Vec<Result<Bytes>> {
+        if let Err(e) = self.check_ok() {
+            return reqs
+                .iter()
+                .map(|_| Err(StoreError::Failed(e.to_string())))
+                .collect();
+        }
+        let mut out: Vec<Option<Result<Bytes>>> = (0..reqs.len()).map(|_| None).collect();
+        let mut ios = Vec::new();
+        let mut wanted = Vec::new();
+        for (i, (id, tenant)) in reqs.iter().enumerate() {
+            match self.index.get(id) {
+                Some(e) if e.tenant == *tenant => {
+                    let abs = self.sb.segment_offset(e.seg) + e.off as u64;
+                    let start = abs - abs % BLOCK as u64;
+                    let end = round_block(abs + record_len(e.plen));
+                    ios.push(Io::Read {
+                        off: start,
+                        len: end - start,
+                    });
+                    wanted.push((i, *e, (abs - start) as usize));
+                }
+                _ => out[i] = Some(Err(StoreError::NotFound)),
+            }
+        }
+        let res = self.io(ios);
+        for ((i, e, rel), r) in wanted.into_iter().zip(res) {
+            out[i] =
+                Some(r.and_then(|buf| {
+                    verify(buf.as_slice().get(rel..).unwrap_or(&[]), &reqs[i].0, &e)
+                }));
+        }
+        out.into_iter()
+            .map(|r| r.unwrap_or(Err(StoreError::NotFound)))
+            .collect()
+    }
+
+    /// Length and crc32c of a chunk's payload, from the index (no read).
+    pub fn stat(&self, id: ChunkId, tenant: TenantId) -> Result<(u32, u32)> {
+        self.check_ok()?;
+        match self.index.get(&id) {
+            Some(e) if e.tenant == tenant => Ok((e.plen, e.crc)),
+            _ => Err(StoreError::NotFound),
+        }
+    }
+
+    /// Up to `limit` live chunk ids greater than `after`, in order, of every tenant.
+    pub fn list(&self, after: ChunkId, limit: usize) -> Result<Vec<ChunkId>> {
+        self.check_ok()?;
+        Ok(self
+            .index
+            .range((Bound::Excluded(after), Bound::Unbounded))
+            .take(limit)
+            .map(|(k, _)| *k)
+            .collect())
+    }
+
+    /// Space accounting.
+    pub fn report(&self) -> Report {
+        let ss = self.sb.segment_size;
+        let used = self
+            .segs
+            .iter()
+            .filter(|s| s.state != SegState::Free)
+            .count() as u64;
+        Report {
+            capacity: self.sb.segment_count * ss,
+            live_bytes: self.segs.iter().map(|s| s.live).sum(),
+            allocated_bytes: used * ss,
+            chunks: self.index.len() as u64,
+            free_segments: self.free.len() as u64,
+            segments: self.sb.segment_count,
+        }
+    }
+
+    /// Compacts when free segments run low (a quarter or less); for idle reactors.
+    pub fn maybe_compact(&mut self) -> Result<usize> {
+        if self.failed.is_some() || self.free.len() as u64 * 4 > self.sb.segment_count {
+            return Ok(0);
+        }
+        self.compact(0.5)
+    }
+
+    /// One compaction round: copies the live records of sealed segments whose live
+    /// fraction is below `max_live_ratio` into one fresh segment (verbatim, seqs
+    /// kept), seals it, and only then frees the sources durably. Returns how many
+    /// segments were freed (net of the target).
+    pub fn compact(&mut self, max_live_ratio: f64) -> Result<usize> {
+        self.check_ok()?;
+        if self.free.is_empty() {
+            return Ok(0);
+        }
+        let ss = self.sb.segment_size;
+        let usable = ss - 2 * BLOCK as u64;
+        let mut cands: Vec<u32> = (0..self.segs.len() as u32)
+            .filter(|&s| {
+                let g = &self.segs[s as usize];
+                g.state == SegState::Sealed && (g.live as f64) < max_live_ratio * usable as f64
+            })
+            .collect();
+        if cands.is_empty() {
+            return Ok(0);
+        }
+        cands.sort_by_key(|&s| self.segs[s as usize].live);
+        // What each candidate would carry over.
+        let cand_set: BTreeSet<u32> = cands.iter().copied().collect();
+        let mut carry: HashMap<u32, Vec<(ChunkId, Entry, RecordKind)>> = HashMap::new();
+        for (id, e) in &self.index {
+            if cand_set.contains(&e.seg) {
+                carry
+                    .entry(e.seg)
+                    .or_default()
+                    .push((*id, *e, RecordKind::Put));
+            }
+        }
+        for (id, e) in &self.tombs {
+            if cand_set.contains(&e.seg) {
+                carry
+                    .entry(e.seg)
+                    .or_default()
+                    .push((*id, *e, RecordKind::Tombstone));
+            }
+        }
+        // Greedily pick sources whose records fit one segment.
+        let mut picked = Vec::new();
+        let mut bytes = 0u64;
+        let mut count = 0usize;
+        for &s in &cands {
+            let recs = carry.get(&s).map(Vec::as_slice).unwrap_or(&[]);
+            let b: u64 = recs.iter().map(|(_, e, _)| record_len(e.plen)).sum();
+            // Generous slack for batch headers and block padding.
+            let need = bytes + b + (recs.len() as u64 / 64 + 2) * BLOCK as u64;
+            if BLOCK as u64 + need + summary_len(count + recs.len()) + BLOCK as u64 > ss {
+                continue;
+            }
+            bytes += b;
+            count += recs.len();
+            picked.push(s);
+        }
+        if picked.is_empty() {
+            return Ok(0);
+        }
+        let picked_set: BTreeSet<u32> = picked.iter().copied().collect();
+        // A tombstone is kept while some other segment may still hold an older
+        // record of its chunk.
+        let older_elsewhere = |seq: u64, segs: &[Seg]| {
+            segs.iter().enumerate().any(|(i, g)| {
+                g.state != SegState::Free && !picked_set.contains(&(i as u32)) && g.min_seq < seq
+            })
+        };
+        let mut moves: Vec<(ChunkId, Entry, RecordKind)> = Vec::new();
+        let mut dropped_tombs = Vec::new();
+        for s in &picked {
+            for (id, e, k) in carry.remove(s).unwrap_or_default() {
+                if k == RecordKind::Tombstone && !older_elsewhere(e.seq, &self.segs) {
+                    dropped_tombs.push(id);
+                } else {
+                    moves.push((id, e, k));
+                }
+            }
+        }
+        if moves.is_empty() {
+            // Nothing left alive: the sources are simply freed.
+            for id in dropped_tombs {
+                self.tombs.remove(&id);
+            }
+            for &s in &picked {
+                self.release(s)?;
+            }
+            return Ok(picked.len());
+        }
+        if picked.len() < 2 {
+            // Rewriting one segment into another frees nothing.
+            return Ok(0);
+        }
+        moves.sort_by_key(|(_, e, _)| e.seq);
+        // Read and verify everything before touching the target.
+        let ios = moves
+            .iter()
+            .map(|(_, e, _)| {
+                let abs = self.sb.segment_offset(e.seg) + e.off as u64;
+                let start = abs - abs % BLOCK as u64;
+                Io::Read {
+                    off: start,
+                    len: round_block(abs + record_len(e.plen)) - start,
+                }
+            })
+            .collect();
+        let bufs = self.io(ios);
+        let mut records: Vec<Vec<u8>> = Vec::with_capacity(moves.len());
+        for ((id, e, k), r) in moves.iter().zip(bufs) {
+            let buf = r?;
+            let abs = self.sb.segment_offset(e.seg) + e.off as u64;
+            let rel = (abs % BLOCK as u64) as usize;
+            let len = record_len(e.plen) as usize;
+            let raw = buf.as_slice().get(rel..rel + len).unwrap_or(&[]);
+            let ok = match parse_record(raw) {
+                Ok((h, _)) => h.id == *id && h.seq == e.seq && h.kind == *k,
+                Err(_) => false,
+            };
+            if !ok {
+                tracing::error!(device = %self.name, chunk = %id, "corrupt record found by compaction; segment {} kept", e.seg);
+                return Err(StoreError::Corrupt(format!(
+                    "chunk {id} in segment {}",
+                    e.seg
+                )));
+            }
+            records.push(raw.to_vec());
+        }
+        let t = self.open_segment(SegKind::Compaction)?;
+        let mut new_locs = Vec::with_capacity(records.len());
+        let mut i = 0;
+        while i < records.len() {
+            let mut j = i;
+            let mut blen = BATCH_HEADER;
+            while j < records.len() && (j == i || blen + records[j].len() <= MAX_BATCH_BYTES) {
+                blen += records[j].len();
+                j += 1;
+            }
+            let mut buf = DmaBuf::zeroed(blen)?;
+            let b = buf.as_mut_slice();
+            let mut pos = BATCH_HEADER;
+            let wo = self.segs[t as usize].write_off;
+            for r in &records[i..j] {
+                b[pos..pos + r.len()].copy_from_slice(r);
+                new_locs.push((wo as usize + pos) as u32);
+                pos += r.len();
+            }
+            let bh = BatchHeader {
+                records: (j - i) as u32,
+                len: blen as u32,
+                first_seq: moves[i].1.seq,
+                body_crc: crc32c::crc32c(&b[BATCH_HEADER..blen]),
+            };
+            b[..BATCH_HEADER].copy_from_slice(&bh.encode());
+            self.write(self.sb.segment_offset(t) + wo, buf)?;
+            self.segs[t as usize].write_off = wo + round_block(blen as u64);
+            i = j;
+        }
+        // Record the moves in the target's summary, then seal it durably.
+        for ((id, e, k), off) in moves.iter().zip(&new_locs) {
+            let seg = &mut self.segs[t as usize];
+            seg.used += record_len(e.plen);
+            seg.min_seq = seg.min_seq.min(e.seq);
+            seg.entries.push(SummaryEntry {
+                seq: e.seq,
+                id: *id,
+                tenant: e.tenant,
+                offset: *off,
+                payload_len: e.plen,
+                payload_crc: e.crc,
+                kind: *k,
+            });
+        }
+        self.seal(t)?;
+        for ((id, e, k), off) in moves.iter().zip(&new_locs) {
+            let moved = Entry {
+                seg: t,
+                off: *off,
+                ..*e
+            };
+            match k {
+                RecordKind::Put => {
+                    self.index.insert(*id, moved);
+                    self.segs[t as usize].live += record_len(e.plen);
+                }
+                RecordKind::Tombstone => {
+                    self.tombs.insert(*id, moved);
+                }
+            }
+        }
+        for id in dropped_tombs {
+            self.tombs.remove(&id);
+        }
+        for &s in &picked {
+            self.release(s)?;
+        }
+        tracing::debug!(device = %self.name, sources = picked.len(), target = t, records = moves.len(), "compacted");
+        Ok(picked.len() - 1)
+    }
+
+    /// Closes the store. Every acknowledged write is already durable; this flushes
+    /// for good measure and drops the queue.
+    pub fn close(mut self) -> Result<()> {
+        if self.failed.is_none() {
+            self.qp.submit_flush(u64::MAX)?;
+            let mut done = Vec::new();
+            let t = Instant::now();
+            while done.is_empty() && t.elapsed() < IO_TIMEOUT {
+                self.qp.wait(Duration::from_millis(100))?;
+                self.qp.poll(&mut done)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
+    let (h, payload) =
+        parse_record(raw).map_err(|m| StoreError::Corrupt(format!("chunk {id}: {m}")))?;
+    if h.id != *id
+        || h.tenant != e.tenant
+        || h.seq != e.seq
+        || h.kind != RecordKind::Put
+        || h.payload_len != e.plen
+        || h.payload_crc != e.crc
+    {
+        return Err(StoreError::Corrupt(format!(
+            "chunk {id}: record identity does not match the index"
+        )));
+    }
+    Ok(Bytes::copy_from_slice(payload))
+}
+
+/// Scans an unsealed segment's data region (starting at its block 1) batch by
+/// batch; stops at the first batch that does not verify or whose seqs do not
+/// belong to this use of the segment.
+fn scan_segment(region: &[u8], open_seq: u64) -> Vec<SummaryEntry> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    let mut last = open_seq;
+    while pos < region.len() {
+        let Ok((recs, len)) = parse_batch(&region[pos..]) else {
+            break;
+        };
+        if recs.first().is_none_or(|(_, h)| h.seq <= last) {
+            break;
+        }
+        for (off, h) in &recs {
+            out.push(SummaryEntry {
+                seq: h.seq,
+                id: h.id,
+                tenant: h.tenant,
+                offset: (BLOCK + pos + off) as u32,
+                payload_len: h.payload_len,
+                payload_crc: h.payload_crc,
+                kind: h.kind,
+            });
+            last = h.seq;
+        }
+        pos = round_block((pos + len) as u64) as usize;
+    }
+    out
+}
+
+fn read_sync(qp: &mut dyn QueuePair, off: u64, len: u64) -> Result<DmaBuf> {
+    run(qp, vec![Io::Read { off, len }])
+        .pop()
+        .unwrap_or(Err(StoreError::Malformed("no completion")))
+}
+
+fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Result<()> {
+    run(qp, vec![Io::Write { off, buf }])
+        .pop()
+        .unwrap_or(Err(StoreError::Malformed("no completion")))?;
+    Ok(())
+}
+
+/// Submits every I/O, then collects all completions; writes are FUA. Results are
+/// in submission order (a flush/trim yields an empty buffer placeholder).
+fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
+    let n = ios.len();
+    let mut out: Vec<Option<Result<DmaBuf>>> = (0..n).map(|_| None).collect();
+    let mut pending = 0usize;
+    for (i, io) in ios.into_iter().enumerate() {
+        let tag = i as u64;
+        let r = match io {
+            Io::Read { off, len } => {
+                DmaBuf::zeroed(len as usize).and_then(|b| qp.submit_read(tag, off, b))
+            }
+            Io::Write { off, buf } => qp.submit_write(tag, off, buf, true),
+            Io::Trim { off, len } => qp.submit_trim(tag, off, len),
+        };
+        match r {
+            Ok(()) => pending += 1,
+            Err(e) => out[i] = Some(Err(e.into())),
+        }
+    }
+    let mut done: Vec<Completion> = Vec::new();
+    let start = Instant::now();
+    while pending > 0 {
+        done.clear();
+        let got = match qp.poll(&mut done) {
+            Ok(g) => g,
+            Err(e) => {
+                let msg = e.to_string();
+                return out
+                    .into_iter()
+                    .map(|o| o.unwrap_or_else(|| Err(StoreError::Failed(msg.clone()))))
+                    .collect();
+            }
+        };
+        for c in done.drain(..) {
+            let i = c.tag as usize;
+            if i < n && out[i].is_none() {
+                pending -= 1;
+                out[i] = Some(match c.result {
+                    Ok(_) => match c.buf {
+                        Some(b) => Ok(b),
+                        None => DmaBuf::zeroed(0).map_err(Into::into),
+                    },
+                    Err(e) => Err(e.into()),
+                });
+            }
+        }
+        if got == 0 && pending > 0 {
+            if start.elapsed() > IO_TIMEOUT {
+                break;
+            }
+            if let Err(e) = qp.wait(Duration::from_millis(100)) {
+                tracing::warn!("queue wait failed: {e}");
+            }
+        }
+    }
+    out.into_iter()
+        .map(|o| o.unwrap_or_else(|| Err(StoreError::Failed("I/O timed out".into()))))
+        .collect()
+}
