@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 /// readers treat it as missing and repair may fill it later.
 pub const UNPLACED: u16 = u16::MAX;
 
+/// The tenant of the node's root credentials.
+pub const ROOT_TENANT: u64 = 1;
+
 /// A bucket.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {

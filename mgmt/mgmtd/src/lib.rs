@@ -1,1 +1,170 @@
-//! placeholder
+//! The management daemon of one node.
+//!
+//! Owns the wiring: it opens the metadata store, connects to the node's datapathd,
+//! collects orphans left by crashes, and serves the S3 front end and the admin API
+//! (which `nodectl` uses). It owns no policy of its own: protection, placement and
+//! repair live in `cairn-objects`, the S3 protocol in `cairn-s3`.
+
+mod admin;
+mod credentials;
+
+pub use admin::{DriveStatus, NodeStatus};
+pub use credentials::{
+    load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,
+    ENV_SECRET_KEY,
+};
+
+use cairn_chunkproto::ChunkClient;
+use cairn_meta::MetaStore;
+use cairn_objects::{ObjectStore, StoreConfig};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Errors of mgmtd.
+#[derive(Debug, thiserror::Error)]
+pub enum MgmtError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Meta(#[from] cairn_meta::MetaError),
+    #[error(transparent)]
+    Objects(#[from] cairn_objects::ObjectError),
+    #[error("datapath at {addr} did not answer within {secs} s: {why}")]
+    DatapathUnreachable { addr: String, secs: u64, why: String },
+}
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MgmtError {
+    let what = what.into();
+    move |source| MgmtError::Io { what, source }
+}
+
+/// How mgmtd is run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node's state directory: metadata, credentials, admin token.
+    pub data: PathBuf,
+    pub s3: SocketAddr,
+    pub admin: SocketAddr,
+    /// The node's datapathd chunk service.
+    pub datapath: String,
+    pub store: StoreConfig,
+    /// Written once both listeners are up: `{"s3": ADDR, "admin": ADDR}`.
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Runs mgmtd until SIGINT or SIGTERM.
+pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
+    std::fs::create_dir_all(&cfg.data).map_err(io_err(format!("create {}", cfg.data.display())))?;
+    let meta = MetaStore::open(&cfg.data.join("meta.redb"))?;
+    let chunks = ChunkClient::new(cfg.datapath.clone(), 4, Duration::from_secs(30));
+    let store = ObjectStore::new(meta, chunks, cfg.store.clone())?;
+
+    wait_for_datapath(&store, &cfg.datapath, Duration::from_secs(60)).await?;
+    // Before serving, so no write is in flight: see ObjectStore::collect_garbage.
+    match store.collect_garbage().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("removed {n} orphan chunks left by interrupted writes"),
+        Err(e) => tracing::warn!("orphan collection skipped: {e}"),
+    }
+    store.start_background();
+
+    let token = load_or_create_admin_token(&cfg.data)?;
+    let mut keys = HashMap::new();
+    keys.insert(
+        root.access_key.clone(),
+        cairn_s3::Credential {
+            secret: root.secret_key.clone(),
+            tenant: cairn_meta::ROOT_TENANT,
+        },
+    );
+    let keys = cairn_s3::Keys::new(keys);
+
+    let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
+        .await
+        .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
+    let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
+        .await
+        .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
+    let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(io_err("admin address"))?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let s3_task = tokio::spawn(cairn_s3::serve(
+        s3_listener,
+        store.clone(),
+        keys,
+        stopped(stop_rx.clone()),
+    ));
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        store.clone(),
+        token,
+        cfg.data.clone(),
+        stopped(stop_rx.clone()),
+    ));
+
+    if let Some(p) = &cfg.ready_file {
+        let body = serde_json::json!({ "s3": s3_addr.to_string(), "admin": admin_addr.to_string() });
+        write_atomic(p, body.to_string().as_bytes())?;
+    }
+    tracing::info!(%s3_addr, %admin_addr, "mgmtd serving");
+
+    wait_for_signal().await;
+    tracing::info!("mgmtd stopping");
+    let _ = stop_tx.send(true);
+    let _ = s3_task.await;
+    let _ = admin_task.await;
+    Ok(())
+}
+
+async fn wait_for_datapath(
+    store: &ObjectStore,
+    addr: &str,
+    limit: Duration,
+) -> Result<(), MgmtError> {
+    let start = Instant::now();
+    loop {
+        match store.drive_reports().await {
+            Ok(_) => return Ok(()),
+            Err(e) if start.elapsed() >= limit => {
+                return Err(MgmtError::DatapathUnreachable {
+                    addr: addr.to_string(),
+                    secs: limit.as_secs(),
+                    why: e.to_string(),
+                })
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Writes a file so that readers see either nothing or all of it.
+pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), MgmtError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).map_err(io_err(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(io_err(format!("rename to {}", path.display())))
+}

@@ -1,0 +1,87 @@
+//! mgmtd: the management daemon of a Cairn node. Argument parsing and wiring only.
+
+use cairn_mgmtd::{Config, RootCredentials};
+use cairn_objects::StoreConfig;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The management daemon: S3 front end, admin API, object placement and repair.
+#[derive(Parser, Debug)]
+#[command(name = "mgmtd", version)]
+struct Args {
+    /// State directory (metadata, credentials, admin token).
+    #[arg(long)]
+    data: PathBuf,
+    /// S3 listen address.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    s3: SocketAddr,
+    /// Admin API listen address.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    admin: SocketAddr,
+    /// The node's datapathd chunk service.
+    #[arg(long)]
+    datapath: String,
+    /// Number of drives datapathd serves (indices 0..N).
+    #[arg(long)]
+    drives: u16,
+    /// Erasure code for large objects, as K+M (default: chosen from the drive count).
+    #[arg(long, value_parser = parse_ec)]
+    ec: Option<(u8, u8)>,
+    /// Copies of a small object (default: min(3, drives)).
+    #[arg(long)]
+    replicas: Option<u8>,
+    /// Write the bound addresses here as JSON once serving.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+fn parse_ec(s: &str) -> Result<(u8, u8), String> {
+    let (k, m) = s
+        .split_once('+')
+        .ok_or_else(|| format!("{s:?} is not K+M"))?;
+    let k = k.trim().parse().map_err(|_| format!("bad K in {s:?}"))?;
+    let m = m.trim().parse().map_err(|_| format!("bad M in {s:?}"))?;
+    Ok((k, m))
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let mut store = StoreConfig::for_drives(args.drives);
+    if let Some(ec) = args.ec {
+        store.ec = ec;
+    }
+    if let Some(r) = args.replicas {
+        store.replicas = r;
+    }
+    let root = match RootCredentials::resolve(&args.data, false) {
+        Ok((c, _)) => c,
+        Err(e) => {
+            eprintln!("mgmtd: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let cfg = Config {
+        data: args.data,
+        s3: args.s3,
+        admin: args.admin,
+        datapath: args.datapath,
+        store,
+        ready_file: args.ready_file,
+    };
+    match cairn_mgmtd::run(cfg, root).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mgmtd: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
