@@ -1,0 +1,95 @@
+//! `nodectl status`: the node's drives, capacity, objects and health, read through
+//! the authenticated admin API.
+
+use crate::dev::DevState;
+use crate::{io_err, NodectlError};
+use cairn_mgmtd::NodeStatus;
+use std::path::Path;
+
+pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
+    let run = data.join("run/dev.json");
+    let state: DevState = serde_json::from_slice(
+        &std::fs::read(&run).map_err(io_err(format!(
+            "read {} (is `nodectl dev up --data {}` running?)",
+            run.display(),
+            data.display()
+        )))?,
+    )
+    .map_err(|e| NodectlError::Admin(format!("{} is not valid: {e}", run.display())))?;
+    let token = cairn_mgmtd::read_admin_token(&data.join("state"))?;
+    let url = format!("http://{}/v1/status", state.admin);
+    let resp = reqwest::Client::new()
+        .get(&url)
+        .bearer_auth(token)
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await
+        .map_err(|e| NodectlError::Admin(format!("{url}: {e} (is the node running?)")))?;
+    if !resp.status().is_success() {
+        let code = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        return Err(NodectlError::Admin(format!("{url}: {code}: {}", body.trim())));
+    }
+    let status: NodeStatus = resp
+        .json()
+        .await
+        .map_err(|e| NodectlError::Admin(format!("{url}: bad response: {e}")))?;
+    if json {
+        let mut v = serde_json::to_value(&status).unwrap_or_default();
+        v["s3_endpoint"] = format!("http://{}", state.s3).into();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    println!("Node         {}", status.health);
+    println!("S3           http://{}", state.s3);
+    println!("Data         {}", status.data_dir);
+    println!("Protection   {}", status.protection);
+    println!("Objects      {} in {} buckets", status.objects, status.buckets);
+    println!(
+        "Capacity     {} used of {} ({:.1}%)",
+        human(status.used_bytes),
+        human(status.capacity_bytes),
+        100.0 * status.used_bytes as f64 / status.capacity_bytes.max(1) as f64
+    );
+    println!(
+        "Repair       {} degraded reads, {} fragments repaired, {} unreadable",
+        status.degraded_reads, status.repaired_fragments, status.unreadable_reads
+    );
+    println!();
+    println!(
+        "{:<6}{:<9}{:>11}{:>11}{:>9}  DEVICE",
+        "DRIVE", "STATE", "USED", "CAPACITY", "CHUNKS"
+    );
+    for d in &status.drives {
+        println!(
+            "{:<6}{:<9}{:>11}{:>11}{:>9}  {}{}",
+            d.index,
+            d.state,
+            human(d.used_bytes),
+            human(d.capacity_bytes),
+            d.chunks,
+            d.device,
+            if d.reason.is_empty() {
+                String::new()
+            } else {
+                format!("  ({})", d.reason)
+            }
+        );
+    }
+    Ok(())
+}
+
+fn human(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
