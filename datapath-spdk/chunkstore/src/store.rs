@@ -781,14 +781,15 @@ impl ChunkStore {
         }
     }
 
-    /// Up to `limit` live chunk ids greater than `after`, in order, of every tenant.
-    pub fn list(&self, after: ChunkId, limit: usize) -> Result<Vec<ChunkId>> {
+    /// Up to `limit` live chunks with ids greater than `after`, in id order, of every
+    /// tenant, each with its tenant.
+    pub fn list(&self, after: ChunkId, limit: usize) -> Result<Vec<(ChunkId, TenantId)>> {
         self.check_ok()?;
         Ok(self
             .index
             .range((Bound::Excluded(after), Bound::Unbounded))
             .take(limit)
-            .map(|(k, _)| *k)
+            .map(|(k, e)| (*k, e.tenant))
             .collect())
     }
 

@@ -114,7 +114,10 @@ fn round_trip_batch_stat_list() {
             (len, crc),
             (payloads[3].len() as u32, crc32c::crc32c(&payloads[3]))
         );
-        assert_eq!(s.list(id(10), 3).unwrap(), vec![id(11), id(12), id(13)]);
+        assert_eq!(
+            s.list(id(10), 3).unwrap(),
+            vec![(id(11), 1), (id(12), 1), (id(13), 1)]
+        );
         assert_eq!(s.report().chunks, 50);
         // Empty payloads and overwrite by the same tenant.
         put(&mut s, 100, 0);

@@ -1,1 +1,145 @@
-//! placeholder
+//! `datapathd`: the node's data plane process.
+//!
+//! It owns the drives. Each drive's [`ChunkStore`](cairn_chunkstore::ChunkStore) is
+//! owned by exactly one poll-mode reactor thread (drives are dealt round-robin);
+//! reactors share nothing and receive work as messages on their mailbox. The chunk
+//! service (tokio, TCP) decodes request batches, splits them by drive, sends each
+//! part to the owning reactor and writes the answers back in request order. See
+//! datapath-spdk/README.md for the concurrency model.
+//!
+//! What it must never do: acknowledge a write that is not durable (the reactor
+//! answers only after the chunk store's group commit completed); let one bad
+//! connection or one failed drive take down the daemon (the connection is closed,
+//! the drive is marked Failed and answers `DriveFailed`); serve bytes that did not
+//! verify.
+
+mod config;
+mod reactor;
+mod server;
+mod sys;
+
+pub use config::{parse_size, Backend, Config, CoreList, DriveSpec, PollMode};
+
+use cairn_blockdev::{BlockDevice, RamDevice, UringDevice};
+use cairn_chunkstore::{ChunkStore, FormatParams, Probe};
+use std::sync::Arc;
+
+/// Errors of datapathd.
+#[derive(Debug, thiserror::Error)]
+pub enum DatapathError {
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("drive {index} ({path}): {source}")]
+    Drive {
+        index: usize,
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("drive {index} ({path}): {msg}")]
+    DriveSetup {
+        index: usize,
+        path: String,
+        msg: String,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Result of this crate.
+pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
+
+/// Opens (formatting blank ones when allowed) every drive of the configuration.
+fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> {
+    let mut out = Vec::new();
+    for (index, d) in cfg.drives.iter().enumerate() {
+        let path = d.path.display().to_string();
+        let derr = |source: Box<dyn std::error::Error + Send + Sync>| DatapathError::Drive {
+            index,
+            path: path.clone(),
+            source,
+        };
+        let dev: Arc<dyn BlockDevice> = match cfg.backend {
+            Backend::Ram => Arc::new(RamDevice::new(d.size.unwrap_or(256 << 20))),
+            Backend::Uring => {
+                Arc::new(UringDevice::open(&d.path, d.size).map_err(|e| derr(Box::new(e)))?)
+            }
+        };
+        let store = match ChunkStore::probe(dev.as_ref()).map_err(|e| derr(Box::new(e)))? {
+            Probe::Blank => {
+                if !cfg.format {
+                    return Err(DatapathError::DriveSetup {
+                        index,
+                        path,
+                        msg: "not formatted (and --no-format given)".into(),
+                    });
+                }
+                tracing::info!(drive = index, %path, "formatting blank drive");
+                let params = FormatParams {
+                    drive_uuid: *uuid::Uuid::new_v4().as_bytes(),
+                    node_id: *cfg.node_id.as_bytes(),
+                    cluster_id: *cfg.cluster_id.as_bytes(),
+                    drive_index: index as u16,
+                    segment_size: cfg.segment_size,
+                };
+                ChunkStore::format(dev.as_ref(), &params).map_err(|e| derr(Box::new(e)))?
+            }
+            Probe::Foreign => {
+                return Err(DatapathError::DriveSetup {
+                    index,
+                    path,
+                    msg: "holds a foreign or damaged superblock; refusing to touch it".into(),
+                })
+            }
+            Probe::Cairn(sb) => {
+                if sb.cluster_id != *cfg.cluster_id.as_bytes() {
+                    return Err(DatapathError::DriveSetup {
+                        index,
+                        path,
+                        msg: format!(
+                            "belongs to cluster {}, not {}",
+                            uuid::Uuid::from_bytes(sb.cluster_id),
+                            cfg.cluster_id
+                        ),
+                    });
+                }
+                if sb.drive_index as usize != index {
+                    return Err(DatapathError::DriveSetup {
+                        index,
+                        path,
+                        msg: format!(
+                            "was formatted as drive {}; give drives in their original order",
+                            sb.drive_index
+                        ),
+                    });
+                }
+                ChunkStore::open(dev.as_ref()).map_err(|e| derr(Box::new(e)))?
+            }
+        };
+        let r = store.report();
+        tracing::info!(drive = index, device = %dev.info().name, chunks = r.chunks, free_segments = r.free_segments, "drive open");
+        out.push((dev, store));
+    }
+    Ok(out)
+}
+
+/// Runs datapathd until SIGTERM/SIGINT: opens the drives, starts the reactors and
+/// the chunk service, and on a signal drains in-flight batches and closes the
+/// stores cleanly.
+pub fn run(cfg: Config) -> Result<()> {
+    if cfg.drives.is_empty() {
+        return Err(DatapathError::Config("no --drive given".into()));
+    }
+    let drives = open_drives(&cfg)?;
+    let reactors = reactor::start(drives, &cfg)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cfg.net_threads.max(1))
+        .thread_name("chunk-net")
+        .enable_all()
+        .build()?;
+    let res = rt.block_on(server::serve(&cfg, reactors.router()));
+    drop(rt);
+    reactors.shutdown();
+    tracing::info!("datapathd stopped");
+    res
+}

@@ -1,0 +1,197 @@
+//! The chunk service: TCP in, reactors behind.
+//!
+//! Per connection, a reader decodes frames and spawns one task per batch; the task
+//! splits the batch by drive, sends each part to the drive's reactor, gathers the
+//! answers and hands the encoded response to the connection's writer. Batches are
+//! pipelined (responses may overtake each other; the client matches request ids).
+//! A frame that does not decode closes that connection only.
+
+use crate::reactor::Router;
+use crate::{Config, Result};
+use bytes::{Bytes, BytesMut};
+use cairn_chunkproto::{
+    decode_frame, encode_response_batch, DriveIndex, Failure, FailureCode, Request, Response,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::JoinSet;
+
+/// Batches one connection may have in flight.
+const MAX_INFLIGHT: usize = 64;
+/// How long shutdown waits for in-flight batches.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
+    let listener = TcpListener::bind(&cfg.listen).await?;
+    let addr = listener.local_addr()?;
+    if let Some(p) = &cfg.ready_file {
+        // Atomic: a reader sees no file or the whole address.
+        let tmp = p.with_extension("tmp");
+        std::fs::write(&tmp, format!("{addr}\n"))?;
+        std::fs::rename(&tmp, p)?;
+    }
+    tracing::info!(%addr, drives = router.drives(), "chunk service listening");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
+            acc = listener.accept() => match acc {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let router = router.clone();
+                    let stop = stop_rx.clone();
+                    conns.spawn(async move {
+                        tracing::debug!(%peer, "connection open");
+                        connection(stream, router, stop).await;
+                        tracing::debug!(%peer, "connection closed");
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("in-flight batches did not finish in time");
+    }
+    Ok(())
+}
+
+async fn connection(stream: TcpStream, router: Router, mut stop: watch::Receiver<bool>) {
+    let (mut rd, mut wr) = stream.into_split();
+    let (out_tx, mut out_rx) = mpsc::channel::<Vec<Bytes>>(MAX_INFLIGHT);
+    let writer = tokio::spawn(async move {
+        while let Some(parts) = out_rx.recv().await {
+            for p in parts {
+                if let Err(e) = wr.write_all(&p).await {
+                    tracing::debug!("write to client failed: {e}");
+                    return;
+                }
+            }
+        }
+        let _ = wr.shutdown().await;
+    });
+    let permits = Arc::new(Semaphore::new(MAX_INFLIGHT));
+    let mut tasks = JoinSet::new();
+    let mut buf = BytesMut::with_capacity(1 << 20);
+    'conn: loop {
+        loop {
+            match decode_frame(&mut buf) {
+                Ok(Some(frame)) => {
+                    let ops = match frame.requests() {
+                        Ok(ops) => ops,
+                        Err(e) => {
+                            tracing::error!("malformed request batch, closing connection: {e}");
+                            break 'conn;
+                        }
+                    };
+                    let Ok(permit) = permits.clone().acquire_owned().await else {
+                        break 'conn;
+                    };
+                    let router = router.clone();
+                    let out = out_tx.clone();
+                    let id = frame.request_id;
+                    tasks.spawn(async move {
+                        let res = execute(&router, ops).await;
+                        match encode_response_batch(id, &res) {
+                            Ok(parts) => {
+                                let _ = out.send(parts).await;
+                            }
+                            Err(e) => {
+                                tracing::error!(request_id = id, "cannot encode response: {e}")
+                            }
+                        }
+                        drop(permit);
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("malformed frame, closing connection: {e}");
+                    break 'conn;
+                }
+            }
+        }
+        // Reap finished batch tasks so the set does not grow without bound.
+        while tasks.try_join_next().is_some() {}
+        if buf.capacity() - buf.len() < 64 << 10 {
+            buf.reserve(1 << 20);
+        }
+        tokio::select! {
+            r = rd.read_buf(&mut buf) => match r {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => { tracing::debug!("read from client failed: {e}"); break; }
+            },
+            _ = stop.changed() => break,
+        }
+    }
+    // Finish what was accepted, then close.
+    while tasks.join_next().await.is_some() {}
+    drop(out_tx);
+    let _ = writer.await;
+}
+
+/// Runs one batch: split by drive, one message per drive, answers back in order.
+async fn execute(router: &Router, ops: Vec<Request>) -> Vec<Response> {
+    let n = ops.len();
+    let mut results: Vec<Option<Response>> = (0..n).map(|_| None).collect();
+    let mut by_drive: BTreeMap<DriveIndex, (Vec<usize>, Vec<Request>)> = BTreeMap::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        let d = op.drive();
+        if d as usize >= router.drives() {
+            results[i] = Some(Err(Failure::new(
+                FailureCode::BadRequest,
+                format!("no drive {d}"),
+            )));
+            continue;
+        }
+        let e = by_drive.entry(d).or_default();
+        e.0.push(i);
+        e.1.push(op);
+    }
+    let mut waits = Vec::new();
+    for (d, (idx, ops)) in by_drive {
+        waits.push((idx, router.send(d, ops)));
+    }
+    for (idx, rx) in waits {
+        let answers = match rx {
+            Some(rx) => rx.await.ok(),
+            None => None,
+        };
+        match answers {
+            Some(a) if a.len() == idx.len() => {
+                for (i, r) in idx.into_iter().zip(a) {
+                    results[i] = Some(r);
+                }
+            }
+            _ => {
+                for i in idx {
+                    results[i] = Some(Err(Failure::new(
+                        FailureCode::DriveFailed,
+                        "reactor unavailable",
+                    )));
+                }
+            }
+        }
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(Failure::new(FailureCode::Io, "no answer"))))
+        .collect()
+}
