@@ -318,6 +318,7 @@ async fn kill_dash_nine_loses_nothing_acknowledged() {
     let d = Daemon::start(dir.path(), &specs, &[]);
     let c = d.client();
     let all = acked.lock().unwrap().clone();
+    eprintln!("{} acknowledged puts over 5 kill -9 rounds", all.len());
     assert!(all.len() > 50, "too little load: {}", all.len());
     for chunk in all.chunks(64) {
         let r = c
