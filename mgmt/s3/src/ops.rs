@@ -6,6 +6,7 @@ use cairn_meta::{After, ObjectRecord, Precondition};
 use cairn_objects::{ObjectAttrs, ObjectStore};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -326,7 +327,16 @@ impl S3 for CairnS3 {
                 (rr.start, rr.end, Some(cr))
             }
         };
-        let stream = self.store.read(tenant, &rec, start, end);
+        let mut stream = self.store.read(tenant, &rec, start, end);
+        // Read the first piece before answering, so an object that cannot be read
+        // gets a proper error status instead of a 200 with a truncated body. Later
+        // pieces that fail can only abort the transfer (the status is sent).
+        let first = match stream.next().await {
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => return Err(to_s3(e)),
+            None => None,
+        };
+        let stream = futures::stream::iter(first.map(Ok)).chain(stream);
         let body = StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream));
         Ok(S3Response::new(GetObjectOutput {
             body: Some(body),
@@ -551,11 +561,24 @@ impl S3 for CairnS3 {
         let input = req.input;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = max_keys(input.max_keys)?;
+        // A marker that is itself a common prefix (the NextMarker of a page that
+        // ended on one) resumes past every key under it: those keys sort after the
+        // marker and would otherwise roll up into the same prefix again.
+        let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
         let after = input
             .marker
             .clone()
             .filter(|m| !m.is_empty())
-            .map(After::Key);
+            .map(|m| match delimiter {
+                Some(d)
+                    if m.starts_with(&prefix)
+                        && m[prefix.len()..].find(d).map(|p| prefix.len() + p + d.len())
+                            == Some(m.len()) =>
+                {
+                    After::Prefix(m)
+                }
+                _ => After::Key(m),
+            });
         let listing = self
             .store
             .list_objects(
@@ -567,8 +590,8 @@ impl S3 for CairnS3 {
                 max,
             )
             .map_err(to_s3)?;
-        // V1's NextMarker is the last key or prefix returned; resuming after a
-        // prefix marker skips keys under it because they sort after it.
+        // V1's NextMarker is the last key or prefix returned; a prefix marker is
+        // recognised as one when it comes back (see `after` above).
         let next_marker = listing.next.as_ref().map(|a| match a {
             After::Key(k) | After::Prefix(k) => k.clone(),
         });
