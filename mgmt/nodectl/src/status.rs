@@ -42,7 +42,7 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
     }
     println!("Node         {}", status.health);
     println!("S3           http://{}", state.s3);
-    println!("Data         {}", status.data_dir);
+    println!("State        {}", status.data_dir);
     println!("Protection   {}", status.protection);
     println!("Objects      {} in {} buckets", status.objects, status.buckets);
     println!(

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what building and testing Cairn needs on a fresh Debian 12 machine:
+# ISA-L (erasure coding), a C toolchain, curl, and the S3 clients the shell-level
+# checks use (aws CLI, boto3). Idempotent; run as root.
+set -euo pipefail
+need_apt=()
+for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
+done
+if ((${#need_apt[@]})); then
+  echo "ci/install-deps: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+py=python3
+if ! $py -c 'import boto3' 2>/dev/null || ! command -v aws >/dev/null 2>&1; then
+  echo "ci/install-deps: pip install awscli boto3"
+  $py -m pip install -q awscli boto3 2>/dev/null ||
+    $py -m pip install -q --break-system-packages awscli boto3
+fi
+# pyenv keeps console scripts behind shims that need a rehash.
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+command -v aws >/dev/null || { echo "ci/install-deps: aws CLI missing after install" >&2; exit 1; }
+echo "ci/install-deps: ok"

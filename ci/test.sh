@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The test command: formatting, lints, the whole workspace's tests (unit, the real
+# daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
+# with the aws CLI and boto3 against `nodectl dev up`.
+#
+#   ci/test.sh            everything (what CI runs)
+#   ci/test.sh --quick    skip fmt/clippy
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+if [[ "${1:-}" != "--quick" ]]; then
+  echo "== cargo fmt --check"
+  cargo fmt --all -- --check
+  echo "== cargo clippy"
+  cargo clippy --workspace --all-targets -- -D warnings
+fi
+echo "== cargo build (binaries used by the end-to-end tests)"
+cargo build --workspace --bins
+echo "== cargo test"
+# The end-to-end tests start real daemons; two test binaries at a time keeps
+# them inside what 2 cores can serve without time-outs.
+cargo test --workspace -- --test-threads=2
+echo "== release build and shell-level S3 check (aws CLI + boto3)"
+cargo build --release --bins
+ci/s3-check.sh target/release
+echo "== all checks passed"
