@@ -160,7 +160,7 @@ struct Job {
 #[derive(Clone)]
 pub struct MetaStore {
     db: Arc<Database>,
-    jobs: std::sync::mpsc::SyncSender<Job>,
+    jobs: tokio::sync::mpsc::Sender<Job>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -189,7 +189,7 @@ impl MetaStore {
             tx.open_table(PARTS)?;
             tx.commit()?;
         }
-        let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(4096);
+        let (jobs, rx) = tokio::sync::mpsc::channel::<Job>(4096);
         let cdb = db.clone();
         std::thread::Builder::new()
             .name("meta-commit".into())
@@ -201,11 +201,10 @@ impl MetaStore {
     /// Applies one mutation; returns once it is durable.
     pub async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError> {
         let (reply, rx) = oneshot::channel();
-        let jobs = self.jobs.clone();
-        // The channel is bounded; a full queue blocks briefly, off the async threads.
-        tokio::task::spawn_blocking(move || jobs.send(Job { mutation, reply }))
+        // The queue is bounded: when the committer falls behind, callers wait here.
+        self.jobs
+            .send(Job { mutation, reply })
             .await
-            .map_err(|_| MetaError::Stopped)?
             .map_err(|_| MetaError::Stopped)?;
         rx.await.map_err(|_| MetaError::Stopped)?
     }
@@ -325,8 +324,8 @@ fn read_parts<T: ReadableTable<(&'static str, u32), &'static [u8]>>(
     Ok(out)
 }
 
-fn committer(db: Arc<Database>, rx: std::sync::mpsc::Receiver<Job>) {
-    while let Ok(first) = rx.recv() {
+fn committer(db: Arc<Database>, mut rx: tokio::sync::mpsc::Receiver<Job>) {
+    while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < 512 {
             match rx.try_recv() {

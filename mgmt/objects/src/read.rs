@@ -57,13 +57,16 @@ pub(crate) fn read_range(
                 stripe: 0,
                 range: a as usize..b as usize,
             }),
-            Layout::Erasure { k, shard, stripes, .. } => {
+            Layout::Erasure {
+                k, shard, stripes, ..
+            } => {
                 let stripe_bytes = *k as u64 * *shard as u64;
                 let first = (a / stripe_bytes) as usize;
                 let last = ((b - 1) / stripe_bytes) as usize;
-                for s in first..=last.min(stripes.len().saturating_sub(1)) {
+                let end = (last + 1).min(stripes.len());
+                for (s, stripe) in stripes.iter().enumerate().take(end).skip(first) {
                     let s_lo = s as u64 * stripe_bytes;
-                    let s_hi = s_lo + stripes[s].len as u64;
+                    let s_hi = s_lo + stripe.len as u64;
                     let (pa, pb) = (a.max(s_lo) - s_lo, b.min(s_hi) - s_lo);
                     if pa < pb {
                         pieces.push(Piece {
@@ -185,7 +188,8 @@ impl Reader {
         // Degraded: fetch every other fragment and rebuild.
         self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
         let rest: Vec<usize> = (0..k + m).filter(|i| !wanted.contains(i)).collect();
-        self.fetch(p, stripe, &rest, &mut frags, &mut failed).await?;
+        self.fetch(p, stripe, &rest, &mut frags, &mut failed)
+            .await?;
         let present = frags.iter().filter(|f| f.is_some()).count();
         if present < k {
             self.counters.unreadable.fetch_add(1, Ordering::Relaxed);
@@ -201,14 +205,13 @@ impl Reader {
                 why.join("; ")
             )));
         }
-        let mut shards: Vec<Option<Vec<u8>>> =
-            frags.iter().map(|f| f.as_ref().map(|b| b.to_vec())).collect();
+        let mut shards: Vec<Option<Vec<u8>>> = frags
+            .iter()
+            .map(|f| f.as_ref().map(|b| b.to_vec()))
+            .collect();
         let codec = self.codecs.get(k as u8, m as u8)?;
         codec.reconstruct(&mut shards)?;
-        let rebuilt: Vec<Option<Bytes>> = shards
-            .into_iter()
-            .map(|s| s.map(Bytes::from))
-            .collect();
+        let rebuilt: Vec<Option<Bytes>> = shards.into_iter().map(|s| s.map(Bytes::from)).collect();
         // Rewrite what was bad on a healthy drive; a failed drive's fragments wait
         // for repair onto another drive.
         let fixes: Vec<_> = failed

@@ -4,9 +4,9 @@ use crate::auth::Keys;
 use crate::error::to_s3;
 use cairn_meta::{After, ObjectRecord, Precondition};
 use cairn_objects::{ObjectAttrs, ObjectStore};
+use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
-use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -61,7 +61,10 @@ fn cond_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
     }
 }
 
-fn precondition(if_match: Option<ETagCondition>, if_none_match: Option<ETagCondition>) -> Precondition {
+fn precondition(
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+) -> Precondition {
     Precondition {
         if_match: if_match.map(|c| match c {
             ETagCondition::Any => "*".to_string(),
@@ -175,7 +178,9 @@ fn object_entry(key: String, rec: &ObjectRecord) -> Object {
         size: Some(rec.size as i64),
         e_tag: Some(etag(rec)),
         last_modified: Some(timestamp(rec.modified_ms)),
-        storage_class: Some(ObjectStorageClass::from_static(ObjectStorageClass::STANDARD)),
+        storage_class: Some(ObjectStorageClass::from_static(
+            ObjectStorageClass::STANDARD,
+        )),
         ..Default::default()
     }
 }
@@ -189,14 +194,21 @@ impl S3 for CairnS3 {
         let tenant = self.tenant(&req)?;
         let name = &req.input.bucket;
         check_bucket_name(name)?;
-        match self.store.meta().bucket(name).map_err(|e| to_s3(e.into()))? {
+        match self
+            .store
+            .meta()
+            .bucket(name)
+            .map_err(|e| to_s3(e.into()))?
+        {
             Some(b) if b.tenant != tenant => return Err(s3_error!(BucketAlreadyExists)),
             _ => {}
         }
-        self.store.create_bucket(tenant, name).await.map_err(to_s3)?;
+        self.store
+            .create_bucket(tenant, name)
+            .await
+            .map_err(to_s3)?;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(format!("/{name}")),
-            ..Default::default()
         }))
     }
 
@@ -320,9 +332,9 @@ impl S3 for CairnS3 {
         let (start, end, content_range) = match &input.range {
             None => (0, rec.size, None),
             Some(r) => {
-                let rr = r
-                    .check(rec.size)
-                    .map_err(|_| s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size))?;
+                let rr = r.check(rec.size).map_err(|_| {
+                    s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size)
+                })?;
                 let cr = format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size);
                 (rr.start, rr.end, Some(cr))
             }
@@ -431,7 +443,11 @@ impl S3 for CairnS3 {
         }
         Ok(S3Response::new(DeleteObjectsOutput {
             deleted: Some(deleted),
-            errors: if errors.is_empty() { None } else { Some(errors) },
+            errors: if errors.is_empty() {
+                None
+            } else {
+                Some(errors)
+            },
             ..Default::default()
         }))
     }
@@ -572,7 +588,9 @@ impl S3 for CairnS3 {
             .map(|m| match delimiter {
                 Some(d)
                     if m.starts_with(&prefix)
-                        && m[prefix.len()..].find(d).map(|p| prefix.len() + p + d.len())
+                        && m[prefix.len()..]
+                            .find(d)
+                            .map(|p| prefix.len() + p + d.len())
                             == Some(m.len()) =>
                 {
                     After::Prefix(m)
