@@ -84,6 +84,8 @@ pub struct StoreConfig {
     pub stripes_in_flight: usize,
     /// Stripes read ahead by one GET.
     pub read_ahead: usize,
+    /// How long freed extents are kept for reads already in progress.
+    pub free_grace: std::time::Duration,
 }
 
 impl StoreConfig {
@@ -99,6 +101,7 @@ impl StoreConfig {
             shard_size: 1 << 20,
             stripes_in_flight: 4,
             read_ahead: 2,
+            free_grace: std::time::Duration::from_secs(30),
         }
     }
 
@@ -464,7 +467,9 @@ impl ObjectStore {
         let src = self.head_object(tenant, src_bucket, src_key)?;
         self.bucket(tenant, dst_bucket)?;
         let body = self.read(tenant, &src, 0, src.size);
-        let written = self.write(tenant, body, Some(src.size), MAX_PART_SIZE).await?;
+        let written = self
+            .write(tenant, body, Some(src.size), MAX_PART_SIZE)
+            .await?;
         let attrs = attrs.unwrap_or(ObjectAttrs {
             content_type: src.content_type.clone(),
             user_meta: src.user_meta.clone(),
@@ -640,13 +645,17 @@ impl ObjectStore {
     // ---- space ----
 
     /// Deletes the chunks of extents no manifest references any more, in the
-    /// background. A failure here only leaves orphans for the collector.
+    /// background, after a grace period: a GET that started before an overwrite or
+    /// delete streams the version it found, and must not lose its fragments midway.
+    /// A crash before the deletion only leaves orphans for the collector.
     pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
         if extents.is_empty() {
             return;
         }
         let chunks = self.chunks.clone();
+        let grace = self.cfg.free_grace;
         tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
             let mut ops = Vec::new();
             for e in &extents {
                 match &e.layout {
