@@ -1633,3 +1633,155 @@ async fn persistence_across_kill_and_restart() {
         .unwrap();
     assert!(get(&c, "keep", "pending").await == p1);
 }
+
+#[tokio::test]
+async fn content_md5_and_part_replacement() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    make_bucket(&c, "md5").await;
+    let old = random_bytes(200 * KIB, 80);
+    let etag = put(&c, "md5", "k", &old).await;
+
+    // A Content-MD5 that does not match the body: BadDigest, and the object that
+    // was there before is untouched (S3 stores nothing from a failed PUT).
+    let wrong = "1B2M2Y8AsgTpgAmY7PhCfg=="; // MD5 of the empty string
+    for (key, size) in [("k", 300 * KIB), ("new", 10), ("new-big", 3 * MIB)] {
+        let body = random_bytes(size, 81);
+        let (status, code) = failure(
+            c.put_object()
+                .bucket("md5")
+                .key(key)
+                .content_md5(wrong)
+                .body(ByteStream::from(body))
+                .send()
+                .await,
+        );
+        assert_eq!((status, code.as_str()), (400, "BadDigest"), "{key}");
+    }
+    let head = c.head_object().bucket("md5").key("k").send().await;
+    let head = head.expect("the old object must survive a PUT with a bad Content-MD5");
+    assert_eq!(head.e_tag(), Some(etag.as_str()));
+    assert!(get(&c, "md5", "k").await == old);
+    for key in ["new", "new-big"] {
+        let (status, _) = failure(c.head_object().bucket("md5").key(key).send().await);
+        assert_eq!(status, 404, "{key}");
+    }
+
+    // The right Content-MD5 is accepted.
+    let body = random_bytes(1000, 82);
+    let raw = hex::decode(md5_hex(&body)).unwrap();
+    let b64 = aws_sdk_s3::primitives::Blob::new(raw);
+    let b64 = aws_smithy_b64(&b64.into_inner());
+    c.put_object()
+        .bucket("md5")
+        .key("ok")
+        .content_md5(b64)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    assert!(get(&c, "md5", "ok").await == body);
+
+    // Uploading a part number again replaces that part.
+    let id = c
+        .create_multipart_upload()
+        .bucket("md5")
+        .key("mp")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let first = random_bytes(5 * MIB, 83);
+    let second = random_bytes(5 * MIB, 84);
+    let last = random_bytes(100, 85);
+    let e_first = upload_part(&c, "md5", "mp", &id, 1, &first).await;
+    let e_second = upload_part(&c, "md5", "mp", &id, 1, &second).await;
+    let e_last = upload_part(&c, "md5", "mp", &id, 2, &last).await;
+    let lp = c
+        .list_parts()
+        .bucket("md5")
+        .key("mp")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let etags: Vec<_> = lp.parts().iter().map(|p| p.e_tag().unwrap()).collect();
+    assert_eq!(etags, [e_second.as_str(), e_last.as_str()]);
+    // A part with a bad Content-MD5 is refused and does not replace the stored one.
+    let (status, code) = failure(
+        c.upload_part()
+            .bucket("md5")
+            .key("mp")
+            .upload_id(&id)
+            .part_number(2)
+            .content_md5(wrong)
+            .body(ByteStream::from(random_bytes(200, 86)))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "BadDigest"));
+    let lp = c
+        .list_parts()
+        .bucket("md5")
+        .key("mp")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    let etags: Vec<_> = lp.parts().iter().map(|p| p.e_tag().unwrap()).collect();
+    assert_eq!(etags, [e_second.as_str(), e_last.as_str()]);
+    // A Content-MD5 that is not an MD5 at all.
+    let (status, code) = failure(
+        c.put_object()
+            .bucket("md5")
+            .key("k")
+            .content_md5("not base64!")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidDigest"));
+    assert!(get(&c, "md5", "k").await == old);
+
+    // The replaced part's ETag no longer completes.
+    let (status, code) = failure(
+        c.complete_multipart_upload()
+            .bucket("md5")
+            .key("mp")
+            .upload_id(&id)
+            .multipart_upload(completed(&[(1, &e_first), (2, &e_last)]))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidPart"));
+    c.complete_multipart_upload()
+        .bucket("md5")
+        .key("mp")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, &e_second), (2, &e_last)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(get(&c, "md5", "mp").await == [second, last].concat());
+}
+
+/// Standard base64 with padding.
+fn aws_smithy_b64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = ((c[0] as u32) << 16)
+            | ((*c.get(1).unwrap_or(&0) as u32) << 8)
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}

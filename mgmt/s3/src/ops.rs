@@ -282,6 +282,8 @@ impl S3 for CairnS3 {
             >()),
             None => return Err(s3_error!(IncompleteBody)),
         };
+        let body = Md5Checked::new(body, input.content_md5.as_deref())?;
+        let mismatch = body.mismatch.clone();
         let rec = self
             .store
             .put_object(
@@ -294,18 +296,7 @@ impl S3 for CairnS3 {
                 precondition(input.if_match, input.if_none_match),
             )
             .await
-            .map_err(to_s3)?;
-        if let Some(want) = input.content_md5 {
-            // The bytes are already committed when the digest is checked, because
-            // the digest is only known at the end of the stream; undo the commit.
-            if !md5_matches(&want, &rec.etag) {
-                let _ = self
-                    .store
-                    .delete_object(tenant, &input.bucket, &input.key)
-                    .await;
-                return Err(s3_error!(BadDigest, "Content-MD5 does not match the body"));
-            }
-        }
+            .map_err(|e| md5_error(&mismatch).unwrap_or_else(|| to_s3(e)))?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(etag(&rec)),
             ..Default::default()
@@ -680,6 +671,8 @@ impl S3 for CairnS3 {
             >()),
             None => return Err(s3_error!(IncompleteBody)),
         };
+        let body = Md5Checked::new(body, input.content_md5.as_deref())?;
+        let mismatch = body.mismatch.clone();
         let md5 = self
             .store
             .upload_part(
@@ -692,12 +685,7 @@ impl S3 for CairnS3 {
                 len,
             )
             .await
-            .map_err(to_s3)?;
-        if let Some(want) = input.content_md5 {
-            if !md5_matches(&want, &md5) {
-                return Err(s3_error!(BadDigest, "Content-MD5 does not match the body"));
-            }
-        }
+            .map_err(|e| md5_error(&mismatch).unwrap_or_else(|| to_s3(e)))?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(ETag::Strong(md5)),
             ..Default::default()
@@ -865,11 +853,80 @@ impl S3 for CairnS3 {
     }
 }
 
-/// Whether a Content-MD5 header (base64 of the binary digest) names `hex_md5`.
-fn md5_matches(content_md5: &str, hex_md5: &str) -> bool {
-    use base64::Engine;
-    match base64::engine::general_purpose::STANDARD.decode(content_md5.trim()) {
-        Ok(raw) => raw.len() == 16 && hex::encode(raw) == hex_md5,
-        Err(_) => false,
+/// A request body checked against its Content-MD5 while it streams: when the
+/// digest differs, the stream fails at its end instead of ending, so the object
+/// layer commits nothing (and an object or part already under the name stays).
+struct Md5Checked<S> {
+    inner: S,
+    /// The running digest and the expected one, when a Content-MD5 was sent.
+    check: Option<(s3s::crypto::Md5, [u8; 16])>,
+    mismatch: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<S> Md5Checked<S> {
+    fn new(inner: S, content_md5: Option<&str>) -> S3Result<Md5Checked<S>> {
+        use base64::Engine;
+        use s3s::crypto::Checksum;
+        let check = match content_md5 {
+            None => None,
+            Some(h) => {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(h.trim())
+                    .ok()
+                    .and_then(|r| <[u8; 16]>::try_from(r).ok())
+                    .ok_or_else(|| s3_error!(InvalidDigest, "Content-MD5 is not a base64 MD5"))?;
+                Some((s3s::crypto::Md5::new(), raw))
+            }
+        };
+        Ok(Md5Checked {
+            inner,
+            check,
+            mismatch: Arc::default(),
+        })
     }
+}
+
+impl<S, E> futures::Stream for Md5Checked<S>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    type Item = Result<bytes::Bytes, String>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use s3s::crypto::Checksum;
+        use std::task::Poll;
+        let this = &mut *self;
+        match std::pin::Pin::new(&mut this.inner).poll_next(cx) {
+            Poll::Ready(Some(Ok(b))) => {
+                if let Some((md5, _)) = this.check.as_mut() {
+                    md5.update(&b);
+                }
+                Poll::Ready(Some(Ok(b)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.to_string()))),
+            Poll::Ready(None) => match this.check.take() {
+                Some((md5, want)) => {
+                    if md5.finalize() == want {
+                        return Poll::Ready(None);
+                    }
+                    this.mismatch
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    Poll::Ready(Some(Err("Content-MD5 does not match the body".into())))
+                }
+                None => Poll::Ready(None),
+            },
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// BadDigest, when the body failed its Content-MD5 check.
+fn md5_error(mismatch: &std::sync::atomic::AtomicBool) -> Option<s3s::S3Error> {
+    mismatch
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| s3_error!(BadDigest, "Content-MD5 does not match the body"))
 }
