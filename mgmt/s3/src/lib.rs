@@ -42,7 +42,11 @@ pub async fn serve(
     let mut conn = ConnBuilder::new(TokioExecutor::new());
     // Bound what one client can make the server buffer before a request is parsed:
     // oversized headers are refused with 431, not held in memory.
-    conn.http1().max_buf_size(64 << 10);
+    // A client that never finishes its headers (slowloris) is dropped after 30 s.
+    conn.http1()
+        .max_buf_size(64 << 10)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(std::time::Duration::from_secs(30));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
