@@ -213,7 +213,10 @@ impl Node {
 
     /// SIGTERM and wait: the clean stop.
     pub fn stop(&mut self) {
-        for c in [self.mgmtd.take(), self.datapathd.take()].into_iter().flatten() {
+        for c in [self.mgmtd.take(), self.datapathd.take()]
+            .into_iter()
+            .flatten()
+        {
             let mut c = c;
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(c.id() as i32),
@@ -263,8 +266,8 @@ impl Node {
 
     /// The admin API's status document.
     pub fn status(&self) -> serde_json::Value {
-        let token = std::fs::read_to_string(self.state_dir().join("admin.token"))
-            .expect("admin token");
+        let token =
+            std::fs::read_to_string(self.state_dir().join("admin.token")).expect("admin token");
         let out = Command::new("curl")
             .args([
                 "-sf",

@@ -39,7 +39,12 @@ const SIZES: [usize; 5] = [4096, 100_000, 300_000, 1_500_000, 3_000_000];
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_writes_survive_kill_9_of_either_daemon() {
     let mut node = Node::start(NodeOptions::default());
-    node.client().create_bucket().bucket("kill9").send().await.unwrap();
+    node.client()
+        .create_bucket()
+        .bucket("kill9")
+        .send()
+        .await
+        .unwrap();
     // key -> md5 of what was attempted, and the keys whose PUT was acknowledged.
     let attempted: Arc<Mutex<HashMap<String, String>>> = Default::default();
     let acked: Arc<Mutex<HashMap<String, String>>> = Default::default();
@@ -49,8 +54,12 @@ async fn acknowledged_writes_survive_kill_9_of_either_daemon() {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut writers = Vec::new();
         for w in 0..4u64 {
-            let (client, stop, attempted, acked) =
-                (client.clone(), stop.clone(), attempted.clone(), acked.clone());
+            let (client, stop, attempted, acked) = (
+                client.clone(),
+                stop.clone(),
+                attempted.clone(),
+                acked.clone(),
+            );
             writers.push(tokio::spawn(async move {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -86,7 +95,11 @@ async fn acknowledged_writes_survive_kill_9_of_either_daemon() {
     let client = node.client();
     let acked = acked.lock().unwrap().clone();
     let attempted = attempted.lock().unwrap().clone();
-    assert!(acked.len() > 20, "load too light to mean anything: {}", acked.len());
+    assert!(
+        acked.len() > 20,
+        "load too light to mean anything: {}",
+        acked.len()
+    );
     for (key, sum) in &acked {
         let data = get(&client, "kill9", key)
             .await
@@ -140,10 +153,7 @@ fn find_on_drives(node: &Node, needle: &[u8]) -> Vec<(u16, u64)> {
     for d in 0..node.opts.drives {
         let data = std::fs::read(node.drive_path(d)).unwrap_or_default();
         let mut i = 0;
-        while let Some(p) = data[i..]
-            .windows(needle.len())
-            .position(|w| w == needle)
-        {
+        while let Some(p) = data[i..].windows(needle.len()).position(|w| w == needle) {
             hits.push((d, (i + p) as u64));
             i += p + 1;
         }
@@ -196,7 +206,11 @@ async fn flipped_bytes_are_detected_rebuilt_and_rewritten() {
     }
 
     let before = counter(&node, "degraded_reads");
-    assert_eq!(get(&c, "rot", "ec").await.unwrap(), data, "rebuilt, bit-exact");
+    assert_eq!(
+        get(&c, "rot", "ec").await.unwrap(),
+        data,
+        "rebuilt, bit-exact"
+    );
     assert_eq!(get(&c, "rot", "small").await.unwrap(), small);
     assert!(counter(&node, "degraded_reads") > before);
     // The bad fragment is rewritten in the background.
@@ -209,7 +223,11 @@ async fn flipped_bytes_are_detected_rebuilt_and_rewritten() {
     let after_repair = counter(&node, "degraded_reads");
     assert_eq!(get(&c, "rot", "ec").await.unwrap(), data);
     assert_eq!(get(&c, "rot", "small").await.unwrap(), small);
-    assert_eq!(counter(&node, "degraded_reads"), after_repair, "repair held");
+    assert_eq!(
+        counter(&node, "degraded_reads"),
+        after_repair,
+        "repair held"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,9 +246,16 @@ async fn too_many_bad_fragments_is_an_error_never_wrong_bytes() {
     let mut p0 = vec![0u8; 1 << 20];
     let mut p1 = vec![0u8; 1 << 20];
     codec
-        .encode(&[&data[..1 << 20], &data[1 << 20..]], &mut [&mut p0, &mut p1])
+        .encode(
+            &[&data[..1 << 20], &data[1 << 20..]],
+            &mut [&mut p0, &mut p1],
+        )
         .unwrap();
-    for needle in [&data[100..164], &data[(1 << 20) + 100..(1 << 20) + 164], &p0[100..164]] {
+    for needle in [
+        &data[100..164],
+        &data[(1 << 20) + 100..(1 << 20) + 164],
+        &p0[100..164],
+    ] {
         let hits = find_on_drives(&node, needle);
         assert_eq!(hits.len(), 1);
         flip(&node, hits[0].0, hits[0].1 + 3);

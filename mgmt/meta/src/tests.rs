@@ -85,7 +85,11 @@ async fn bucket_lifecycle_and_conditions() {
         })
         .await
         .unwrap();
-    assert_eq!(r.freed.len(), 1, "the overwritten version's extent is freed");
+    assert_eq!(
+        r.freed.len(),
+        1,
+        "the overwritten version's extent is freed"
+    );
     assert!(matches!(
         s.apply(Mutation::DeleteBucket { name: "b".into() }).await,
         Err(MetaError::BucketNotEmpty(_))

@@ -94,7 +94,10 @@ async fn status(
     headers: HeaderMap,
 ) -> Result<Json<NodeStatus>, (StatusCode, String)> {
     if !authorized(&app, &headers) {
-        return Err((StatusCode::UNAUTHORIZED, "missing or wrong admin token\n".into()));
+        return Err((
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin token\n".into(),
+        ));
     }
     let s: StoreStatus = app
         .store

@@ -74,7 +74,8 @@ impl RootCredentials {
                     ),
                     secret_key: Alphanumeric.sample_string(&mut rng, 40),
                 };
-                std::fs::create_dir_all(data).map_err(io_err(format!("create {}", data.display())))?;
+                std::fs::create_dir_all(data)
+                    .map_err(io_err(format!("create {}", data.display())))?;
                 write_private(&path, &serde_json::to_vec_pretty(&c).unwrap_or_default())?;
                 Ok((c, Origin::Generated))
             }
@@ -88,7 +89,9 @@ impl RootCredentials {
 
     fn validate(&self) -> Result<(), MgmtError> {
         if self.access_key.len() < 3 || self.access_key.len() > 128 {
-            return Err(MgmtError::Config("the root access key must be 3..128 characters".into()));
+            return Err(MgmtError::Config(
+                "the root access key must be 3..128 characters".into(),
+            ));
         }
         if self.secret_key.len() < 8 {
             return Err(MgmtError::Config(
@@ -104,7 +107,10 @@ pub fn load_or_create_admin_token(data: &Path) -> Result<String, MgmtError> {
     let path = data.join(TOKEN_FILE);
     match std::fs::read_to_string(&path) {
         Ok(t) if t.trim().len() >= 32 => Ok(t.trim().to_string()),
-        Ok(_) => Err(MgmtError::Config(format!("{} is too short", path.display()))),
+        Ok(_) => Err(MgmtError::Config(format!(
+            "{} is too short",
+            path.display()
+        ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = Alphanumeric.sample_string(&mut rand::rng(), 48);
             write_private(&path, t.as_bytes())?;

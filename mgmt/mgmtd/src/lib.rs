@@ -37,7 +37,11 @@ pub enum MgmtError {
     #[error(transparent)]
     Objects(#[from] cairn_objects::ObjectError),
     #[error("datapath at {addr} did not answer within {secs} s: {why}")]
-    DatapathUnreachable { addr: String, secs: u64, why: String },
+    DatapathUnreachable {
+        addr: String,
+        secs: u64,
+        why: String,
+    },
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MgmtError {
@@ -116,7 +120,8 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     ));
 
     if let Some(p) = &cfg.ready_file {
-        let body = serde_json::json!({ "s3": s3_addr.to_string(), "admin": admin_addr.to_string() });
+        let body =
+            serde_json::json!({ "s3": s3_addr.to_string(), "admin": admin_addr.to_string() });
         write_atomic(p, body.to_string().as_bytes())?;
     }
     tracing::info!(%s3_addr, %admin_addr, "mgmtd serving");

@@ -131,7 +131,10 @@ impl Daemon {
             );
         }
         if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            eprintln!("nodectl: {} did not stop in {grace:?}; killing it", self.name);
+            eprintln!(
+                "nodectl: {} did not stop in {grace:?}; killing it",
+                self.name
+            );
             let _ = child.kill().await;
         }
     }
@@ -196,7 +199,8 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
     if args.drives == 0 {
         return Err(NodectlError::Usage("--drives must be at least 1".into()));
     }
-    std::fs::create_dir_all(&args.data).map_err(io_err(format!("create {}", args.data.display())))?;
+    std::fs::create_dir_all(&args.data)
+        .map_err(io_err(format!("create {}", args.data.display())))?;
     let data = args
         .data
         .canonicalize()
@@ -328,7 +332,8 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
             if let Some(why) = exited {
                 d.child = None;
                 let now = Instant::now();
-                d.restarts.retain(|t| now.duration_since(*t) < Duration::from_secs(60));
+                d.restarts
+                    .retain(|t| now.duration_since(*t) < Duration::from_secs(60));
                 d.restarts.push(now);
                 if d.restarts.len() > 5 {
                     eprintln!("nodectl: {} keeps failing ({why}); giving up", d.name);
@@ -358,12 +363,18 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
     eprintln!("nodectl: stopping");
     mgmtd.stop(Duration::from_secs(15)).await;
     datapathd.stop(Duration::from_secs(15)).await;
-    write_state(&run_dir, &DevState {
-        datapathd_pid: None,
-        mgmtd_pid: None,
-        ..state(&datapathd, &mgmtd)
-    })?;
-    eprintln!("nodectl: stopped; `nodectl dev up --data {}` serves the same data again", data.display());
+    write_state(
+        &run_dir,
+        &DevState {
+            datapathd_pid: None,
+            mgmtd_pid: None,
+            ..state(&datapathd, &mgmtd)
+        },
+    )?;
+    eprintln!(
+        "nodectl: stopped; `nodectl dev up --data {}` serves the same data again",
+        data.display()
+    );
     Ok(())
 }
 
@@ -376,15 +387,15 @@ fn write_state(run: &Path, s: &DevState) -> Result<(), NodectlError> {
 fn banner(args: &UpArgs, data: &Path, root: &RootCredentials, origin: Origin, took: Duration) {
     let endpoint = format!("http://{}", args.s3);
     let (access, secret) = match origin {
-        Origin::Environment => (
-            format!("${ENV_ACCESS_KEY}"),
-            format!("${ENV_SECRET_KEY}"),
-        ),
+        Origin::Environment => (format!("${ENV_ACCESS_KEY}"), format!("${ENV_SECRET_KEY}")),
         _ => (root.access_key.clone(), root.secret_key.clone()),
     };
     let origin = match origin {
         Origin::Environment => "from the environment".to_string(),
-        Origin::Stored => format!("stored in {}", data.join("state/root-credentials.json").display()),
+        Origin::Stored => format!(
+            "stored in {}",
+            data.join("state/root-credentials.json").display()
+        ),
         Origin::Generated => format!(
             "generated now, stored in {}",
             data.join("state/root-credentials.json").display()

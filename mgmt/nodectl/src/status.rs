@@ -8,13 +8,11 @@ use std::path::Path;
 
 pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
     let run = data.join("run/dev.json");
-    let state: DevState = serde_json::from_slice(
-        &std::fs::read(&run).map_err(io_err(format!(
-            "read {} (is `nodectl dev up --data {}` running?)",
-            run.display(),
-            data.display()
-        )))?,
-    )
+    let state: DevState = serde_json::from_slice(&std::fs::read(&run).map_err(io_err(format!(
+        "read {} (is `nodectl dev up --data {}` running?)",
+        run.display(),
+        data.display()
+    )))?)
     .map_err(|e| NodectlError::Admin(format!("{} is not valid: {e}", run.display())))?;
     let token = cairn_mgmtd::read_admin_token(&data.join("state"))?;
     let url = format!("http://{}/v1/status", state.admin);
@@ -28,7 +26,10 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
     if !resp.status().is_success() {
         let code = resp.status();
         let body = resp.text().await.unwrap_or_default();
-        return Err(NodectlError::Admin(format!("{url}: {code}: {}", body.trim())));
+        return Err(NodectlError::Admin(format!(
+            "{url}: {code}: {}",
+            body.trim()
+        )));
     }
     let status: NodeStatus = resp
         .json()
@@ -44,7 +45,10 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
     println!("S3           http://{}", state.s3);
     println!("State        {}", status.data_dir);
     println!("Protection   {}", status.protection);
-    println!("Objects      {} in {} buckets", status.objects, status.buckets);
+    println!(
+        "Objects      {} in {} buckets",
+        status.objects, status.buckets
+    );
     println!(
         "Capacity     {} used of {} ({:.1}%)",
         human(status.used_bytes),
