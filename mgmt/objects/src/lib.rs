@@ -326,13 +326,13 @@ impl ObjectStore {
 
     pub async fn delete_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
         self.bucket(tenant, name)?;
-        let applied = self
-            .meta
-            .apply(Mutation::DeleteBucket {
+        self.apply_and_free(
+            tenant,
+            Mutation::DeleteBucket {
                 name: name.to_string(),
-            })
-            .await?;
-        self.free(tenant, applied.freed);
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -440,14 +440,14 @@ impl ObjectStore {
         key: &str,
     ) -> Result<(), ObjectError> {
         self.bucket(tenant, bucket)?;
-        let applied = self
-            .meta
-            .apply(Mutation::DeleteObject {
+        self.apply_and_free(
+            tenant,
+            Mutation::DeleteObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
-            })
-            .await?;
-        self.free(tenant, applied.freed);
+            },
+        )
+        .await?;
         Ok(())
     }
 
@@ -608,16 +608,17 @@ impl ObjectStore {
     ) -> Result<ObjectRecord, ObjectError> {
         self.upload(tenant, bucket, upload_id, key)?;
         let applied = self
-            .meta
-            .apply(Mutation::CompleteUpload {
-                bucket: bucket.to_string(),
-                upload_id: upload_id.to_string(),
-                parts,
-                min_part_size: MIN_PART_SIZE,
-                cond,
-            })
+            .apply_and_free(
+                tenant,
+                Mutation::CompleteUpload {
+                    bucket: bucket.to_string(),
+                    upload_id: upload_id.to_string(),
+                    parts,
+                    min_part_size: MIN_PART_SIZE,
+                    cond,
+                },
+            )
             .await?;
-        self.free(tenant, applied.freed);
         applied
             .object
             .ok_or_else(|| MetaError::Db("complete returned no object".into()).into())
@@ -631,18 +632,25 @@ impl ObjectStore {
         upload_id: &str,
     ) -> Result<(), ObjectError> {
         self.upload(tenant, bucket, upload_id, key)?;
-        let applied = self
-            .meta
-            .apply(Mutation::AbortUpload {
+        self.apply_and_free(
+            tenant,
+            Mutation::AbortUpload {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.to_string(),
-            })
-            .await?;
-        self.free(tenant, applied.freed);
+            },
+        )
+        .await?;
         Ok(())
     }
 
     // ---- space ----
+
+    /// Applies a mutation and frees what it unreferenced.
+    async fn apply_and_free(&self, tenant: u64, m: Mutation) -> Result<Applied, ObjectError> {
+        let applied = self.meta.apply(m).await?;
+        self.free(tenant, applied.freed.clone());
+        Ok(applied)
+    }
 
     /// Deletes the chunks of extents no manifest references any more, in the
     /// background, after a grace period: a GET that started before an overwrite or

@@ -185,6 +185,23 @@ fn object_entry(key: String, rec: &ObjectRecord) -> Object {
     }
 }
 
+/// A listing page as S3's `Contents` and `CommonPrefixes`.
+fn listing_entries(listing: &cairn_meta::Listing) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let contents = listing
+        .objects
+        .iter()
+        .map(|(k, r)| object_entry(k.clone(), r))
+        .collect();
+    let prefixes = listing
+        .prefixes
+        .iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(p.clone()),
+        })
+        .collect();
+    (contents, prefixes)
+}
+
 #[async_trait::async_trait]
 impl S3 for CairnS3 {
     async fn create_bucket(
@@ -531,18 +548,7 @@ impl S3 for CairnS3 {
             )
             .map_err(to_s3)?;
         let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
-        let contents: Vec<Object> = listing
-            .objects
-            .iter()
-            .map(|(k, r)| object_entry(k.clone(), r))
-            .collect();
-        let prefixes: Vec<CommonPrefix> = listing
-            .prefixes
-            .iter()
-            .map(|p| CommonPrefix {
-                prefix: Some(p.clone()),
-            })
-            .collect();
+        let (contents, prefixes) = listing_entries(&listing);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
             prefix: input.prefix,
@@ -604,18 +610,7 @@ impl S3 for CairnS3 {
         let next_marker = listing.next.as_ref().map(|a| match a {
             After::Key(k) | After::Prefix(k) => k.clone(),
         });
-        let contents: Vec<Object> = listing
-            .objects
-            .iter()
-            .map(|(k, r)| object_entry(k.clone(), r))
-            .collect();
-        let prefixes: Vec<CommonPrefix> = listing
-            .prefixes
-            .iter()
-            .map(|p| CommonPrefix {
-                prefix: Some(p.clone()),
-            })
-            .collect();
+        let (contents, prefixes) = listing_entries(&listing);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
             prefix: input.prefix,
