@@ -356,7 +356,13 @@ async fn run_service_phase(sh: &Arc<Shared>, op: Op, qd: usize, duration: f64) -
 
 // ---------------------------------------------------------------- local mode
 
-fn local(cli: &Cli, wl: &[String], path: &std::path::Path, size_gib: u64, segment_mib: u64) -> Result<()> {
+fn local(
+    cli: &Cli,
+    wl: &[String],
+    path: &std::path::Path,
+    size_gib: u64,
+    segment_mib: u64,
+) -> Result<()> {
     use cairn_blockdev::UringDevice;
     use cairn_chunkstore::{ChunkStore, FormatParams, WriteOp};
 
