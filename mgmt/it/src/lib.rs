@@ -7,6 +7,7 @@
 //! plainly rather than skipped.
 
 use aws_sdk_s3::config::{Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -301,4 +302,35 @@ pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 pub fn md5_hex(b: &[u8]) -> String {
     use md5::{Digest, Md5};
     hex::encode(Md5::digest(b))
+}
+
+/// GET an object's whole body; the error is the SDK's, rendered.
+pub async fn get_bytes(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
+    let r = c
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let b = r.body.collect().await.map_err(|e| format!("{e:?}"))?;
+    Ok(b.into_bytes().to_vec())
+}
+
+/// PUT bytes; returns the ETag as the server sent it (quoted).
+pub async fn put_bytes(
+    c: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+) -> Result<String, String> {
+    let out = c
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(data.to_vec()))
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(out.e_tag().unwrap_or_default().to_string())
 }

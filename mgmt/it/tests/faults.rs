@@ -2,36 +2,11 @@
 //! SIGKILL under a write load, bytes flipped in stored fragments, drive files removed
 //! and truncated while the node runs.
 
-use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::Client;
-use cairn_it::{md5_hex, random_bytes, Node, NodeOptions};
+use cairn_it::{get_bytes as get, md5_hex, put_bytes as put, random_bytes, Node, NodeOptions};
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-async fn get(c: &Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
-    let r = c
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    let b = r.body.collect().await.map_err(|e| format!("{e:?}"))?;
-    Ok(b.into_bytes().to_vec())
-}
-
-async fn put(c: &Client, bucket: &str, key: &str, data: &[u8]) -> Result<(), String> {
-    c.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(data.to_vec()))
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|e| format!("{e:?}"))
-}
 
 /// Sizes that exercise both layouts: replicated, one stripe, several stripes.
 const SIZES: [usize; 5] = [4096, 100_000, 300_000, 1_500_000, 3_000_000];

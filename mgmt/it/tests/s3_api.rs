@@ -35,32 +35,15 @@ fn failure<T: std::fmt::Debug, E: ProvideErrorMetadata + std::fmt::Debug>(
 }
 
 async fn put(c: &Client, bucket: &str, key: &str, data: &[u8]) -> String {
-    c.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(data.to_vec()))
-        .send()
+    cairn_it::put_bytes(c, bucket, key, data)
         .await
-        .unwrap_or_else(|e| panic!("put {bucket}/{key}: {e:?}"))
-        .e_tag()
-        .expect("etag")
-        .to_string()
+        .unwrap_or_else(|e| panic!("put {bucket}/{key}: {e}"))
 }
 
 async fn get(c: &Client, bucket: &str, key: &str) -> Vec<u8> {
-    let out = c
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
+    cairn_it::get_bytes(c, bucket, key)
         .await
-        .unwrap_or_else(|e| panic!("get {bucket}/{key}: {e:?}"));
-    out.body
-        .collect()
-        .await
-        .expect("body")
-        .into_bytes()
-        .to_vec()
+        .unwrap_or_else(|e| panic!("get {bucket}/{key}: {e}"))
 }
 
 /// GET with a Range header: (body, Content-Range, Content-Length).
