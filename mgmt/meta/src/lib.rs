@@ -35,9 +35,15 @@ const OBJECTS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("obje
 const UPLOADS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("uploads");
 /// (upload id, part number) -> PartRecord
 const PARTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("parts");
+/// Records of the layers above, written in the same transactions as the mutations
+/// they belong with (in a cluster: the Raft state machine's last applied log id,
+/// membership and the cluster map).
+const SYSTEM: TableDefinition<&str, &[u8]> = TableDefinition::new("system");
 
 /// Errors of the metadata store.
-#[derive(Debug, thiserror::Error)]
+// Serializable: in a cluster, a mutation's outcome travels back from the Raft
+// leader to the gateway that proposed it.
+#[derive(Clone, Debug, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MetaError {
     #[error("no such bucket: {0}")]
     NoSuchBucket(String),
@@ -63,6 +69,31 @@ pub enum MetaError {
     Record(String),
     #[error("metadata committer has stopped")]
     Stopped,
+    /// The metadata cannot be reached with the guarantees it needs (in a cluster:
+    /// no quorum, or no leader yet).
+    #[error("metadata unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Where mutations are decided and reads are made current: the node's own
+/// committer ([`MetaStore`]), or the cluster's Raft log.
+#[async_trait::async_trait]
+pub trait MetaLog: Send + Sync + std::fmt::Debug {
+    /// Applies one mutation; returns once it is durable (in a cluster: committed by
+    /// a quorum and applied here).
+    async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError>;
+    /// Returns once local reads reflect every mutation acknowledged before the call.
+    async fn barrier(&self) -> Result<(), MetaError>;
+}
+
+#[async_trait::async_trait]
+impl MetaLog for MetaStore {
+    async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError> {
+        MetaStore::apply(self, mutation).await
+    }
+    async fn barrier(&self) -> Result<(), MetaError> {
+        Ok(())
+    }
 }
 
 macro_rules! db_err {
@@ -88,7 +119,7 @@ impl From<serde_json::Error> for MetaError {
 }
 
 /// A condition on the current version of a key, checked inside the transaction.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Precondition {
     /// The current object must exist with this ETag (`*`: must exist).
     pub if_match: Option<String>,
@@ -97,7 +128,11 @@ pub struct Precondition {
 }
 
 /// One change to the metadata.
-#[derive(Clone, Debug)]
+///
+/// Applying a mutation is deterministic (it reads nothing but the database and its
+/// own fields), so in a cluster every replica of the Raft log reaches the same
+/// state and the same outcome.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Mutation {
     CreateBucket {
         name: String,
@@ -135,20 +170,54 @@ pub enum Mutation {
         /// Every part but the last must be at least this large.
         min_part_size: u64,
         cond: Precondition,
+        /// The completed object's modification time (chosen by the proposer, so
+        /// every replica records the same).
+        modified_ms: i64,
     },
     AbortUpload {
         bucket: String,
         upload_id: String,
     },
+    /// Repair or rebalance moved fragments of one extent of an object. Applies only
+    /// while the object still holds that extent with each fragment where the mover
+    /// found it; otherwise (the object was overwritten, or another mover won) it
+    /// changes nothing and reports [`MetaError::PreconditionFailed`].
+    MoveFragments {
+        bucket: String,
+        key: String,
+        extent: u128,
+        moves: Vec<FragmentMove>,
+    },
+}
+
+/// One fragment of an extent, moved from one drive to another.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FragmentMove {
+    /// Stripe index (0 for a replicated extent).
+    pub stripe: u32,
+    /// Position in the stripe (for a replicated extent: which copy).
+    pub frag: u8,
+    pub from: u16,
+    pub to: u16,
 }
 
 /// What an applied mutation changed.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Applied {
     /// Extents no longer referenced: their chunks may be deleted now.
     pub freed: Vec<Extent>,
     /// The object written, for PutObject and CompleteUpload.
     pub object: Option<ObjectRecord>,
+}
+
+/// A whole database as a Raft snapshot carries it.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Dump {
+    buckets: Vec<(String, Vec<u8>)>,
+    objects: Vec<(String, String, Vec<u8>)>,
+    uploads: Vec<(String, String, Vec<u8>)>,
+    parts: Vec<(String, u32, Vec<u8>)>,
+    system: Vec<(String, Vec<u8>)>,
 }
 
 struct Job {
@@ -187,6 +256,7 @@ impl MetaStore {
             tx.open_table(OBJECTS)?;
             tx.open_table(UPLOADS)?;
             tx.open_table(PARTS)?;
+            tx.open_table(SYSTEM)?;
             tx.commit()?;
         }
         let (jobs, rx) = tokio::sync::mpsc::channel::<Job>(4096);
@@ -207,6 +277,123 @@ impl MetaStore {
             .await
             .map_err(|_| MetaError::Stopped)?;
         rx.await.map_err(|_| MetaError::Stopped)?
+    }
+
+    /// Applies a batch of mutations decided elsewhere (committed Raft log entries),
+    /// together with system records, in one durable transaction; returns each
+    /// mutation's outcome. The committer thread is bypassed: the caller (the Raft
+    /// state machine) is the only writer in a cluster.
+    pub fn apply_replicated(
+        &self,
+        batch: &[Mutation],
+        system: &[(String, Vec<u8>)],
+    ) -> Result<Vec<Result<Applied, MetaError>>, MetaError> {
+        let tx = self.db.begin_write()?;
+        let results = batch.iter().map(|m| apply(&tx, m)).collect();
+        {
+            let mut t = tx.open_table(SYSTEM)?;
+            for (k, v) in system {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        tx.commit()?;
+        Ok(results)
+    }
+
+    /// A system record written by [`MetaStore::apply_replicated`].
+    pub fn system(&self, key: &str) -> Result<Option<Vec<u8>>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(SYSTEM)?;
+        Ok(t.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Every record, for a Raft snapshot; also the system records by themselves,
+    /// read in the same transaction.
+    #[allow(clippy::type_complexity)]
+    pub fn export(&self) -> Result<(Vec<u8>, Vec<(String, Vec<u8>)>), MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut dump = Dump::default();
+        for e in tx.open_table(BUCKETS)?.iter()? {
+            let (k, v) = e?;
+            dump.buckets
+                .push((k.value().to_string(), v.value().to_vec()));
+        }
+        for e in tx.open_table(OBJECTS)?.iter()? {
+            let (k, v) = e?;
+            let (b, key) = k.value();
+            dump.objects
+                .push((b.to_string(), key.to_string(), v.value().to_vec()));
+        }
+        for e in tx.open_table(UPLOADS)?.iter()? {
+            let (k, v) = e?;
+            let (b, id) = k.value();
+            dump.uploads
+                .push((b.to_string(), id.to_string(), v.value().to_vec()));
+        }
+        for e in tx.open_table(PARTS)?.iter()? {
+            let (k, v) = e?;
+            let (id, n) = k.value();
+            dump.parts.push((id.to_string(), n, v.value().to_vec()));
+        }
+        for e in tx.open_table(SYSTEM)?.iter()? {
+            let (k, v) = e?;
+            dump.system
+                .push((k.value().to_string(), v.value().to_vec()));
+        }
+        let bytes = serde_json::to_vec(&dump)?;
+        Ok((bytes, dump.system))
+    }
+
+    /// Replaces every record with a snapshot made by [`MetaStore::export`], in one
+    /// transaction.
+    pub fn import(&self, snapshot: &[u8]) -> Result<(), MetaError> {
+        let dump: Dump = serde_json::from_slice(snapshot)?;
+        let tx = self.db.begin_write()?;
+        tx.delete_table(BUCKETS)?;
+        tx.delete_table(OBJECTS)?;
+        tx.delete_table(UPLOADS)?;
+        tx.delete_table(PARTS)?;
+        tx.delete_table(SYSTEM)?;
+        {
+            let mut t = tx.open_table(BUCKETS)?;
+            for (k, v) in &dump.buckets {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+            let mut t = tx.open_table(OBJECTS)?;
+            for (b, k, v) in &dump.objects {
+                t.insert((b.as_str(), k.as_str()), v.as_slice())?;
+            }
+            let mut t = tx.open_table(UPLOADS)?;
+            for (b, k, v) in &dump.uploads {
+                t.insert((b.as_str(), k.as_str()), v.as_slice())?;
+            }
+            let mut t = tx.open_table(PARTS)?;
+            for (id, n, v) in &dump.parts {
+                t.insert((id.as_str(), *n), v.as_slice())?;
+            }
+            let mut t = tx.open_table(SYSTEM)?;
+            for (k, v) in &dump.system {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Every object manifest, for the repair scanner (a consistent snapshot).
+    pub fn all_objects(&self) -> Result<Vec<(String, String, ObjectRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for e in tx.open_table(OBJECTS)?.iter()? {
+            let (k, v) = e?;
+            let (b, key) = k.value();
+            out.push((
+                b.to_string(),
+                key.to_string(),
+                serde_json::from_slice(v.value())?,
+            ));
+        }
+        Ok(out)
     }
 
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>, MetaError> {
@@ -484,6 +671,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             parts: chosen,
             min_part_size,
             cond,
+            modified_ms,
         } => {
             need_bucket(&buckets, bucket)?;
             let mut uploads = tx.open_table(UPLOADS)?;
@@ -493,7 +681,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             };
             let mut parts = tx.open_table(PARTS)?;
             let stored = read_parts(&parts, upload_id)?;
-            let record = assemble(&upload, &stored, chosen, *min_part_size)?;
+            let record = assemble(&upload, &stored, chosen, *min_part_size, *modified_ms)?;
             let old = get_object(&objects, bucket, &upload.key)?;
             check(cond, old.as_ref())?;
             objects.insert(
@@ -534,6 +722,42 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 object: None,
             })
         }
+        Mutation::MoveFragments {
+            bucket,
+            key,
+            extent,
+            moves,
+        } => {
+            let Some(mut record) = get_object(&objects, bucket, key)? else {
+                return Err(MetaError::PreconditionFailed);
+            };
+            let Some(ext) = record.extents.iter_mut().find(|e| e.id == *extent) else {
+                return Err(MetaError::PreconditionFailed);
+            };
+            for mv in moves {
+                let slot = match &mut ext.layout {
+                    Layout::Replicated { drives } if mv.stripe == 0 => {
+                        drives.get_mut(mv.frag as usize)
+                    }
+                    Layout::Replicated { .. } => None,
+                    Layout::Erasure { stripes, .. } => stripes
+                        .get_mut(mv.stripe as usize)
+                        .and_then(|s| s.drives.get_mut(mv.frag as usize)),
+                };
+                match slot {
+                    Some(d) if *d == mv.from => *d = mv.to,
+                    _ => return Err(MetaError::PreconditionFailed),
+                }
+            }
+            objects.insert(
+                (bucket.as_str(), key.as_str()),
+                serde_json::to_vec(&record)?.as_slice(),
+            )?;
+            Ok(Applied {
+                freed: Vec::new(),
+                object: Some(record),
+            })
+        }
     }
 }
 
@@ -572,6 +796,7 @@ fn assemble(
     stored: &[(u32, PartRecord)],
     chosen: &[(u32, String)],
     min_part_size: u64,
+    modified_ms: i64,
 ) -> Result<ObjectRecord, MetaError> {
     let mut md5 = Md5::new();
     let mut extents = Vec::with_capacity(chosen.len());
@@ -604,7 +829,7 @@ fn assemble(
     Ok(ObjectRecord {
         size,
         etag: format!("{}-{}", hex::encode(md5.finalize()), chosen.len()),
-        modified_ms: now_ms(),
+        modified_ms,
         content_type: upload.content_type.clone(),
         user_meta: upload.user_meta.clone(),
         extents,

@@ -186,6 +186,7 @@ async fn multipart_complete_checks_parts() {
         upload_id: "u1".into(),
         parts,
         min_part_size: 5,
+        modified_ms: 7,
         cond: Precondition::default(),
     };
     assert!(matches!(

@@ -615,6 +615,7 @@ impl ObjectStore {
                     upload_id: upload_id.to_string(),
                     parts,
                     min_part_size: MIN_PART_SIZE,
+                    modified_ms: cairn_meta::now_ms(),
                     cond,
                 },
             )

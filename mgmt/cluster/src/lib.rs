@@ -1,0 +1,888 @@
+//! The cluster: membership, the cluster map and replicated metadata.
+//!
+//! One Raft group (openraft) carries every metadata mutation and every map change
+//! in one log. Voters are up to five nodes; every other node is a learner, so every
+//! node holds a full, current replica of the metadata and the map and serves reads
+//! from it after a read barrier (the leader confirms its commit index; the reader
+//! waits until it has applied that far). Writes are forwarded to the leader. A
+//! minority partition therefore cannot commit anything: it cannot elect a leader,
+//! and a stale leader cannot confirm its commit index.
+//!
+//! This crate never touches object bytes, and never decides placement: it only
+//! orders and replicates decisions made by the layers above.
+
+mod log_store;
+pub mod map;
+mod network;
+mod state_machine;
+mod types;
+
+pub use map::{
+    ClusterMap, DriveRecord, MapChange, NodeAdvert, NodeId, NodeRecord, NodeState, Protection,
+};
+pub use types::{Command, Outcome, Secrets};
+
+use crate::network::SnapshotHeader;
+use crate::state_machine::{Shared, StateMachine};
+use crate::types::{Raft, Snapshot};
+use axum::extract::State;
+use axum::routing::post;
+use axum::Json;
+use cairn_meta::{Applied, MetaError, MetaStore, Mutation};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::{BasicNode, ChangeMembers};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Most voters the Raft group keeps; the rest of the nodes are learners.
+pub const MAX_VOTERS: usize = 5;
+
+/// Errors of the cluster layer.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
+    #[error("this node is not part of a cluster")]
+    NotMember,
+    #[error("this node is already part of cluster {0}")]
+    AlreadyMember(String),
+    #[error("join refused: {0}")]
+    JoinRefused(String),
+    #[error("peer {peer}: {msg}")]
+    Peer { peer: String, msg: String },
+    #[error("the map change was refused: {0}")]
+    Refused(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("state directory: {0}")]
+    State(String),
+}
+
+impl From<ClusterError> for MetaError {
+    fn from(e: ClusterError) -> MetaError {
+        MetaError::Unavailable(e.to_string())
+    }
+}
+
+/// How a node talks to its peers: plain HTTP before it holds a certificate, HTTPS
+/// with its node certificate after.
+#[derive(Debug)]
+pub struct Transport {
+    client: RwLock<(reqwest::Client, &'static str)>,
+}
+
+impl Transport {
+    pub fn plain() -> Transport {
+        Transport {
+            client: RwLock::new((reqwest::Client::new(), "http")),
+        }
+    }
+
+    /// Switches to `client` (which presents the node certificate) and https.
+    pub fn set_tls(&self, client: reqwest::Client) {
+        *self.client.write().unwrap_or_else(|e| e.into_inner()) = (client, "https");
+    }
+
+    pub fn client(&self) -> reqwest::Client {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    pub fn url(&self, addr: &str, path: &str) -> String {
+        let scheme = self.client.read().unwrap_or_else(|e| e.into_inner()).1;
+        format!("{scheme}://{addr}{path}")
+    }
+}
+
+/// Settings of the cluster layer.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Where the Raft log and the node id live.
+    pub state_dir: PathBuf,
+    /// What this node tells the cluster about itself (`id` is ignored: the node's
+    /// own id is used).
+    pub advert: NodeAdvert,
+    /// How often a node reports to the leader.
+    pub heartbeat: Duration,
+    /// Silence after which the leader marks a node down.
+    pub down_after: Duration,
+}
+
+/// A join request, sent to any member.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub token: String,
+    pub node: NodeAdvert,
+}
+
+/// What a joiner receives: the CA and its own certificate and key.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JoinReply {
+    pub cluster_id: String,
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Issues node certificates; the layer above plugs in the cluster CA.
+pub trait Issuer: Send + Sync + std::fmt::Debug {
+    /// A fresh CA: (certificate PEM, key PEM).
+    fn new_ca(&self, cluster_id: &str) -> Result<(String, String), String>;
+    /// A node certificate signed by the CA: (certificate PEM, key PEM).
+    fn issue(&self, secrets: &Secrets, node: &NodeAdvert) -> Result<(String, String), String>;
+    /// The join token for the CA and secret.
+    fn token(&self, secrets: &Secrets) -> Result<String, String>;
+    /// Checks a presented token against the secrets.
+    fn check_token(&self, secrets: &Secrets, token: &str) -> Result<(), String>;
+}
+
+/// Raft's view, for status.
+#[derive(Clone, Debug, Serialize)]
+pub struct RaftStatus {
+    pub node_id: NodeId,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    pub last_applied: u64,
+}
+
+/// This node's membership in the cluster.
+pub struct Cluster {
+    id: NodeId,
+    raft: Raft,
+    shared: Arc<Shared>,
+    transport: Arc<Transport>,
+    issuer: Arc<dyn Issuer>,
+    cfg: ClusterConfig,
+    /// The leader's failure detector: when each node last reported.
+    seen: Mutex<HashMap<NodeId, Instant>>,
+    /// Nodes whose drives' health a gateway learned from their reports.
+    tls_installed: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cluster({:016x})", self.id)
+    }
+}
+
+fn raft_err<E: std::fmt::Display>(e: E) -> ClusterError {
+    ClusterError::Raft(e.to_string())
+}
+
+fn now_ms() -> i64 {
+    cairn_meta::now_ms()
+}
+
+impl Cluster {
+    /// Opens the node's Raft state (creating a node id on first start).
+    pub async fn open(
+        cfg: ClusterConfig,
+        meta: MetaStore,
+        transport: Arc<Transport>,
+        issuer: Arc<dyn Issuer>,
+    ) -> Result<Arc<Cluster>, ClusterError> {
+        std::fs::create_dir_all(&cfg.state_dir).map_err(|e| ClusterError::State(e.to_string()))?;
+        let id = node_id(&cfg.state_dir)?;
+        let log = log_store::LogStore::open(&cfg.state_dir.join("raft.redb"))
+            .map_err(|e| ClusterError::State(e.to_string()))?;
+        let (sm, shared) = StateMachine::open(meta).map_err(raft_err)?;
+        let config = openraft::Config {
+            cluster_name: "cairn".into(),
+            heartbeat_interval: 250,
+            election_timeout_min: 1000,
+            election_timeout_max: 2000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(20_000),
+            max_in_snapshot_log_to_keep: 2_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(raft_err)?;
+        let network = network::Network {
+            transport: transport.clone(),
+        };
+        let raft = Raft::new(id, Arc::new(config), network, log, sm)
+            .await
+            .map_err(raft_err)?;
+        Ok(Arc::new(Cluster {
+            id,
+            raft,
+            shared,
+            transport,
+            issuer,
+            cfg,
+            seen: Mutex::new(HashMap::new()),
+            tls_installed: watch::channel(false).0,
+        }))
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Stops this node's Raft (it stops voting, replicating and answering).
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+
+    /// The map as this node last applied it.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.shared.map.borrow().clone()
+    }
+
+    /// Changes of the map.
+    pub fn watch_map(&self) -> watch::Receiver<Arc<ClusterMap>> {
+        self.shared.map.subscribe()
+    }
+
+    /// Whether this node belongs to a cluster yet.
+    pub fn is_member(&self) -> bool {
+        self.map().nodes.contains_key(&self.id)
+    }
+
+    fn advert(&self) -> NodeAdvert {
+        NodeAdvert {
+            id: self.id,
+            ..self.cfg.advert.clone()
+        }
+    }
+
+    /// Creates a cluster with this node as its only member; returns a join token.
+    pub async fn init(
+        &self,
+        cluster_id: &str,
+        protection: Protection,
+    ) -> Result<String, ClusterError> {
+        if self.raft.is_initialized().await.map_err(raft_err)? {
+            return Err(ClusterError::AlreadyMember(self.map().cluster_id.clone()));
+        }
+        let members = std::collections::BTreeMap::from([(
+            self.id,
+            BasicNode {
+                addr: self.cfg.advert.internal.clone(),
+            },
+        )]);
+        self.raft.initialize(members).await.map_err(raft_err)?;
+        self.raft
+            .wait(Some(Duration::from_secs(20)))
+            .current_leader(self.id, "init")
+            .await
+            .map_err(raft_err)?;
+        let (ca_cert_pem, ca_key_pem) = self
+            .issuer
+            .new_ca(cluster_id)
+            .map_err(ClusterError::JoinRefused)?;
+        let secrets = Secrets {
+            ca_cert_pem,
+            ca_key_pem,
+            join_secret: hex32(),
+        };
+        self.propose(Command::Secrets(secrets.clone())).await?;
+        self.propose_map(MapChange::Create {
+            cluster_id: cluster_id.to_string(),
+            protection,
+        })
+        .await?;
+        self.propose_map(MapChange::AddNode {
+            node: self.advert(),
+            at_ms: now_ms(),
+        })
+        .await?;
+        self.issuer
+            .token(&secrets)
+            .map_err(ClusterError::JoinRefused)
+    }
+
+    /// A join token for this cluster (members only).
+    pub fn token(&self) -> Result<String, ClusterError> {
+        let s = self.secrets().ok_or(ClusterError::NotMember)?;
+        self.issuer.token(&s).map_err(ClusterError::JoinRefused)
+    }
+
+    /// The replicated secrets (members only).
+    pub fn secrets(&self) -> Option<Secrets> {
+        self.shared
+            .secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Asks the member at `seed` (its internal address) to admit this node. The
+    /// caller installs the returned certificate and then calls
+    /// [`Cluster::wait_member`].
+    pub async fn request_join(
+        &self,
+        client: &reqwest::Client,
+        seed_url: &str,
+        token: &str,
+    ) -> Result<JoinReply, ClusterError> {
+        let req = JoinRequest {
+            token: token.to_string(),
+            node: self.advert(),
+        };
+        let resp = client
+            .post(format!("{seed_url}/cluster/join"))
+            .timeout(Duration::from_secs(60))
+            .json(&req)
+            .send()
+            .await
+            .map_err(|e| ClusterError::Peer {
+                peer: seed_url.to_string(),
+                msg: e.to_string(),
+            })?;
+        let r: Result<JoinReply, String> = resp.json().await.map_err(|e| ClusterError::Peer {
+            peer: seed_url.to_string(),
+            msg: e.to_string(),
+        })?;
+        r.map_err(ClusterError::JoinRefused)
+    }
+
+    /// Waits until this node has applied a map that lists it.
+    pub async fn wait_member(&self, timeout: Duration) -> Result<(), ClusterError> {
+        let mut rx = self.watch_map();
+        let id = self.id;
+        tokio::time::timeout(timeout, rx.wait_for(|m| m.nodes.contains_key(&id)))
+            .await
+            .map_err(|_| ClusterError::NoQuorum("timed out waiting for the map".into()))?
+            .map_err(raft_err)?;
+        Ok(())
+    }
+
+    /// Marks that this node now speaks mTLS (it has its certificate).
+    pub fn tls_ready(&self) {
+        self.tls_installed.send_replace(true);
+    }
+
+    /// On the leader: admits a joiner (checks the token, issues its certificate,
+    /// adds it to the map and to Raft as a learner).
+    async fn admit(&self, req: JoinRequest) -> Result<JoinReply, ClusterError> {
+        let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
+        self.issuer
+            .check_token(&secrets, &req.token)
+            .map_err(ClusterError::JoinRefused)?;
+        let (cert_pem, key_pem) = self
+            .issuer
+            .issue(&secrets, &req.node)
+            .map_err(ClusterError::JoinRefused)?;
+        self.propose_map(MapChange::AddNode {
+            node: req.node.clone(),
+            at_ms: now_ms(),
+        })
+        .await?;
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(req.node.id, Instant::now());
+        let is_known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .any(|(id, _)| *id == req.node.id);
+        if !is_known {
+            // Not blocking: the learner catches up from the log (or a snapshot)
+            // while the joiner installs its certificate.
+            self.raft
+                .add_learner(
+                    req.node.id,
+                    BasicNode {
+                        addr: req.node.internal.clone(),
+                    },
+                    false,
+                )
+                .await
+                .map_err(raft_err)?;
+        }
+        Ok(JoinReply {
+            cluster_id: self.map().cluster_id.clone(),
+            ca_pem: secrets.ca_cert_pem.clone(),
+            cert_pem,
+            key_pem,
+        })
+    }
+
+    /// Proposes a map change; returns the new epoch.
+    pub async fn propose_map(&self, change: MapChange) -> Result<u64, ClusterError> {
+        match self.propose(Command::Map(change)).await? {
+            Outcome::Map(r) => r.map_err(ClusterError::Refused),
+            o => Err(ClusterError::Raft(format!("unexpected outcome {o:?}"))),
+        }
+    }
+
+    /// Proposes a command and waits until it is committed and applied; forwards to
+    /// the leader when this node is not it. Retries while an election is under way.
+    pub async fn propose(&self, cmd: Command) -> Result<Outcome, ClusterError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let err = match self.raft.client_write(cmd.clone()).await {
+                Ok(resp) => return Ok(resp.data),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    match f.leader_node {
+                        Some(node) => match self.forward(&node.addr, &cmd).await {
+                            Ok(o) => return Ok(o),
+                            Err(e) => e,
+                        },
+                        None => ClusterError::NoQuorum("no leader".into()),
+                    }
+                }
+                Err(e) => ClusterError::Raft(e.to_string()),
+            };
+            if Instant::now() >= deadline {
+                return Err(match err {
+                    ClusterError::Raft(m) | ClusterError::Peer { msg: m, .. } => {
+                        ClusterError::NoQuorum(m)
+                    }
+                    e => e,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn forward(&self, addr: &str, cmd: &Command) -> Result<Outcome, ClusterError> {
+        let peer = |e: reqwest::Error| ClusterError::Peer {
+            peer: addr.to_string(),
+            msg: e.to_string(),
+        };
+        let r: Result<Outcome, String> = self
+            .transport
+            .client()
+            .post(self.transport.url(addr, "/cluster/propose"))
+            .timeout(Duration::from_secs(10))
+            .json(cmd)
+            .send()
+            .await
+            .map_err(peer)?
+            .json()
+            .await
+            .map_err(peer)?;
+        r.map_err(|msg| ClusterError::Peer {
+            peer: addr.to_string(),
+            msg,
+        })
+    }
+
+    /// Returns once this node has applied every entry committed before the call:
+    /// a read after it sees every write acknowledged before it, on any node.
+    pub async fn read_barrier(&self) -> Result<(), ClusterError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let err = match self.raft.get_read_log_id().await {
+                Ok((read, _)) => {
+                    return self
+                        .wait_applied(read.map(|l| l.index).unwrap_or(0), deadline)
+                        .await
+                }
+                Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(
+                    f,
+                ))) => match f.leader_node {
+                    Some(node) => match self.remote_read_index(&node.addr).await {
+                        Ok(idx) => return self.wait_applied(idx, deadline).await,
+                        Err(e) => e,
+                    },
+                    None => ClusterError::NoQuorum("no leader".into()),
+                },
+                Err(e) => ClusterError::NoQuorum(e.to_string()),
+            };
+            if Instant::now() >= deadline {
+                return Err(match err {
+                    ClusterError::Raft(m) | ClusterError::Peer { msg: m, .. } => {
+                        ClusterError::NoQuorum(m)
+                    }
+                    e => e,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), ClusterError> {
+        let mut rx = self.shared.applied.subscribe();
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        tokio::time::timeout(left, rx.wait_for(|&a| a >= index))
+            .await
+            .map_err(|_| ClusterError::NoQuorum(format!("not caught up to index {index}")))?
+            .map_err(raft_err)?;
+        Ok(())
+    }
+
+    async fn remote_read_index(&self, addr: &str) -> Result<u64, ClusterError> {
+        let peer = |e: reqwest::Error| ClusterError::Peer {
+            peer: addr.to_string(),
+            msg: e.to_string(),
+        };
+        let r: Result<u64, String> = self
+            .transport
+            .client()
+            .post(self.transport.url(addr, "/cluster/read_index"))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map_err(peer)?
+            .json()
+            .await
+            .map_err(peer)?;
+        r.map_err(|msg| ClusterError::Peer {
+            peer: addr.to_string(),
+            msg,
+        })
+    }
+
+    /// Raft's view of the group.
+    pub fn raft_status(&self) -> RaftStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        let learners = m
+            .membership_config
+            .membership()
+            .learner_ids()
+            .filter(|id| !voters.contains(id))
+            .collect();
+        RaftStatus {
+            node_id: self.id,
+            leader: m.current_leader,
+            term: m.current_term,
+            voters: voters.into_iter().collect(),
+            learners,
+            last_applied: m.last_applied.map(|l| l.index).unwrap_or(0),
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    /// Removes a node from the map and from the Raft group.
+    pub async fn remove_node(&self, node: NodeId) -> Result<(), ClusterError> {
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        if voters.contains(&node) {
+            let rest: BTreeSet<NodeId> = voters.iter().copied().filter(|&v| v != node).collect();
+            if rest.is_empty() {
+                return Err(ClusterError::Refused("cannot remove the last voter".into()));
+            }
+            self.change_membership(ChangeMembers::ReplaceAllVoters(rest))
+                .await?;
+        }
+        self.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([node])))
+            .await?;
+        self.propose_map(MapChange::Remove { node }).await?;
+        Ok(())
+    }
+
+    async fn change_membership(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+    ) -> Result<(), ClusterError> {
+        match self.raft.change_membership(change.clone(), false).await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
+                ClusterError::NoQuorum("membership changes run on the leader; retry there".into()),
+            ),
+            Err(e) => Err(raft_err(e)),
+        }
+    }
+
+    /// Starts the background duties: reporting to the leader, and (while leader)
+    /// failure detection and voter management.
+    pub fn start(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.cfg.heartbeat);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut was_leader = false;
+            loop {
+                tick.tick().await;
+                if !me.is_member() {
+                    continue;
+                }
+                let leader = me.is_leader();
+                if leader && !was_leader {
+                    // A new leader knows nothing of who reported to the old one:
+                    // everyone gets a fresh grace period.
+                    let now = Instant::now();
+                    let mut seen = me.seen.lock().unwrap_or_else(|e| e.into_inner());
+                    for id in me.map().nodes.keys() {
+                        seen.insert(*id, now);
+                    }
+                }
+                was_leader = leader;
+                if leader {
+                    me.seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(me.id, Instant::now());
+                    if let Err(e) = me.detect().await {
+                        tracing::debug!("failure detector: {e}");
+                    }
+                    if let Err(e) = me.manage_voters().await {
+                        tracing::debug!("voter management: {e}");
+                    }
+                } else if let Err(e) = me.report().await {
+                    tracing::debug!("heartbeat: {e}");
+                }
+            }
+        });
+    }
+
+    async fn report(&self) -> Result<(), ClusterError> {
+        let leader = self.raft.metrics().borrow().current_leader;
+        let Some(leader) = leader else {
+            return Ok(());
+        };
+        let Some(node) = self.map().nodes.get(&leader).cloned() else {
+            return Ok(());
+        };
+        self.transport
+            .client()
+            .post(self.transport.url(&node.internal, "/cluster/heartbeat"))
+            .timeout(Duration::from_secs(2))
+            .json(&self.id)
+            .send()
+            .await
+            .map_err(|e| ClusterError::Peer {
+                peer: node.internal.clone(),
+                msg: e.to_string(),
+            })?;
+        Ok(())
+    }
+
+    async fn detect(&self) -> Result<(), ClusterError> {
+        let map = self.map();
+        let changes: Vec<MapChange> = {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            map.nodes
+                .values()
+                .filter_map(|n| {
+                    let fresh = seen
+                        .get(&n.id)
+                        .is_some_and(|t| t.elapsed() < self.cfg.down_after);
+                    let want = if fresh {
+                        NodeState::Up
+                    } else {
+                        NodeState::Down
+                    };
+                    (want != n.state).then_some(MapChange::SetState {
+                        node: n.id,
+                        state: want,
+                        at_ms: now_ms(),
+                    })
+                })
+                .collect()
+        };
+        for c in changes {
+            tracing::warn!(?c, "node state change");
+            self.propose_map(c).await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps up to [`MAX_VOTERS`] voters, preferring nodes that are up: a voter down
+    /// for three detector periods is replaced by an up learner, and learners are
+    /// promoted while there are fewer voters than that.
+    async fn manage_voters(&self) -> Result<(), ClusterError> {
+        let map = self.map();
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        if membership.get_joint_config().len() > 1 {
+            return Ok(()); // a change is already in flight
+        }
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let up = |id: &NodeId| map.nodes.get(id).is_some_and(|n| n.state == NodeState::Up);
+        let long_down = |id: &NodeId| {
+            map.nodes.get(id).is_some_and(|n| {
+                n.state == NodeState::Down
+                    && now_ms() - n.since_ms > 3 * self.cfg.down_after.as_millis() as i64
+            })
+        };
+        let learners: Vec<NodeId> = membership
+            .learner_ids()
+            .filter(|id| !voters.contains(id) && up(id))
+            .collect();
+        let mut want: BTreeSet<NodeId> = voters.iter().copied().filter(|v| !long_down(v)).collect();
+        for l in learners {
+            if want.len() >= MAX_VOTERS {
+                break;
+            }
+            // Only a learner that has caught up is promoted, so the change commits fast.
+            let caught_up = m
+                .replication
+                .as_ref()
+                .and_then(|r| r.get(&l).cloned().flatten())
+                .is_some_and(|matched| {
+                    m.last_log_index
+                        .is_some_and(|last| last.saturating_sub(matched.index) < 100)
+                });
+            if caught_up {
+                want.insert(l);
+            }
+        }
+        // Never shrink below a majority of the current voters in one step.
+        if want != voters && !want.is_empty() && want.len() * 2 > voters.len() {
+            tracing::info!(?voters, ?want, "changing voters");
+            self.change_membership(ChangeMembers::ReplaceAllVoters(want))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The internal API: Raft RPCs, proposals, read index, join and heartbeats. The
+    /// caller serves it behind mTLS (only `/cluster/join` may be reached by a
+    /// caller without a node certificate; it is guarded by the join token).
+    pub fn router(self: &Arc<Self>) -> (axum::Router, axum::Router) {
+        let members = axum::Router::new()
+            .route("/raft/append", post(append))
+            .route("/raft/vote", post(vote))
+            .route("/raft/snapshot", post(snapshot))
+            .route("/cluster/propose", post(propose))
+            .route("/cluster/read_index", post(read_index))
+            .route("/cluster/heartbeat", post(heartbeat))
+            .with_state(self.clone());
+        let public = axum::Router::new()
+            .route("/cluster/join", post(join))
+            .with_state(self.clone());
+        (members, public)
+    }
+}
+
+#[async_trait::async_trait]
+impl cairn_meta::MetaLog for Cluster {
+    async fn apply(&self, m: Mutation) -> Result<Applied, MetaError> {
+        match self.propose(Command::Meta(m)).await? {
+            Outcome::Meta(r) => r,
+            o => Err(MetaError::Unavailable(format!("unexpected outcome {o:?}"))),
+        }
+    }
+
+    async fn barrier(&self) -> Result<(), MetaError> {
+        Ok(self.read_barrier().await?)
+    }
+}
+
+type Api = State<Arc<Cluster>>;
+
+async fn append(
+    State(c): Api,
+    Json(req): Json<AppendEntriesRequest<types::TypeConfig>>,
+) -> Json<Result<openraft::raft::AppendEntriesResponse<u64>, RaftError<u64>>> {
+    Json(c.raft.append_entries(req).await)
+}
+
+async fn vote(
+    State(c): Api,
+    Json(req): Json<VoteRequest<u64>>,
+) -> Json<Result<openraft::raft::VoteResponse<u64>, RaftError<u64>>> {
+    Json(c.raft.vote(req).await)
+}
+
+async fn snapshot(
+    State(c): Api,
+    body: bytes::Bytes,
+) -> Json<Result<openraft::raft::SnapshotResponse<u64>, openraft::error::Fatal<u64>>> {
+    let parsed = (|| {
+        let len = u32::from_be_bytes(body.get(..4)?.try_into().ok()?) as usize;
+        let header: SnapshotHeader = serde_json::from_slice(body.get(4..4 + len)?).ok()?;
+        Some((header, body.get(4 + len..)?.to_vec()))
+    })();
+    let Some((header, data)) = parsed else {
+        return Json(Err(openraft::error::Fatal::Panicked));
+    };
+    let snap = Snapshot {
+        meta: header.meta,
+        snapshot: Box::new(data),
+    };
+    Json(c.raft.install_full_snapshot(header.vote, snap).await)
+}
+
+async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, String>> {
+    // Only the leader answers; a forwarded proposal is not forwarded again.
+    Json(match c.raft.client_write(cmd).await {
+        Ok(r) => Ok(r.data),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+async fn read_index(State(c): Api) -> Json<Result<u64, String>> {
+    Json(match c.raft.get_read_log_id().await {
+        Ok((read, _)) => Ok(read.map(|l| l.index).unwrap_or(0)),
+        Err(e) => Err(e.to_string()),
+    })
+}
+
+async fn heartbeat(State(c): Api, Json(node): Json<NodeId>) -> Json<bool> {
+    c.seen
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(node, Instant::now());
+    Json(c.is_leader())
+}
+
+async fn join(State(c): Api, Json(req): Json<JoinRequest>) -> Json<Result<JoinReply, String>> {
+    if !c.is_leader() {
+        // Forward to the leader with this node's own client.
+        let leader = c.raft.metrics().borrow().current_leader;
+        let addr = leader.and_then(|l| c.map().nodes.get(&l).map(|n| n.internal.clone()));
+        let Some(addr) = addr else {
+            return Json(Err("no leader".into()));
+        };
+        let r = c
+            .transport
+            .client()
+            .post(c.transport.url(&addr, "/cluster/join"))
+            .timeout(Duration::from_secs(60))
+            .json(&req)
+            .send()
+            .await;
+        return Json(match r {
+            Ok(resp) => resp
+                .json::<Result<JoinReply, String>>()
+                .await
+                .unwrap_or_else(|e| Err(e.to_string())),
+            Err(e) => Err(e.to_string()),
+        });
+    }
+    Json(c.admit(req).await.map_err(|e| e.to_string()))
+}
+
+/// The node's id: random on first start, then read back.
+fn node_id(dir: &std::path::Path) -> Result<NodeId, ClusterError> {
+    let p = dir.join("node-id");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => u64::from_str_radix(s.trim(), 16)
+            .map_err(|_| ClusterError::State(format!("{} is not a node id", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // Never 0: openraft and the map use ids as keys, and 0 reads as "none".
+            let id = rand::random::<u64>() | 1 << 63;
+            let tmp = p.with_extension("tmp");
+            std::fs::write(&tmp, format!("{id:016x}\n"))
+                .and_then(|()| std::fs::rename(&tmp, &p))
+                .map_err(|e| ClusterError::State(e.to_string()))?;
+            Ok(id)
+        }
+        Err(e) => Err(ClusterError::State(e.to_string())),
+    }
+}
+
+fn hex32() -> String {
+    let b: [u8; 32] = rand::random();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

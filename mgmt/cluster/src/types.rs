@@ -1,0 +1,64 @@
+//! What the Raft log carries, and openraft's type configuration.
+
+use crate::map::MapChange;
+use cairn_meta::{Applied, MetaError, Mutation};
+use serde::{Deserialize, Serialize};
+
+/// One entry of the cluster's log: a metadata change or a map change. Both kinds
+/// share one log so that, e.g., a manifest naming a drive can never be ordered
+/// before the map change that created the drive.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Command {
+    Meta(Mutation),
+    Map(MapChange),
+    /// The cluster CA and join secret, replicated so that whichever node leads can
+    /// admit a joiner. They travel only between certified members and are never
+    /// shown by the map or status.
+    Secrets(Secrets),
+}
+
+/// The cluster's secrets.
+#[derive(Clone, Default, Serialize, Deserialize)]
+pub struct Secrets {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    /// The secret half of join tokens.
+    pub join_secret: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(..)")
+    }
+}
+
+/// What applying a [`Command`] produced, returned to the proposer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Outcome {
+    Meta(Result<Applied, MetaError>),
+    /// The map epoch after the change, or why it was refused.
+    Map(Result<u64, String>),
+    /// Blank and membership entries.
+    None,
+}
+
+openraft::declare_raft_types!(
+    /// Cairn's Raft types.
+    pub TypeConfig:
+        D = Command,
+        R = Outcome,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Vec<u8>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type LogId = openraft::LogId<u64>;
+pub type Entry = openraft::Entry<TypeConfig>;
+pub type Vote = openraft::Vote<u64>;
+pub type StorageError = openraft::StorageError<u64>;
+pub type StoredMembership = openraft::StoredMembership<u64, openraft::BasicNode>;
+pub type SnapshotMeta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
+pub type Snapshot = openraft::Snapshot<TypeConfig>;
