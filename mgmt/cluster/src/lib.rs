@@ -250,10 +250,15 @@ impl Cluster {
     }
 
     fn advert(&self) -> NodeAdvert {
-        NodeAdvert {
+        let mut a = NodeAdvert {
             id: self.id,
             ..self.cfg.advert.clone()
+        };
+        if a.domain.is_empty() {
+            // By default each node is its own failure domain.
+            a.domain = format!("node-{:016x}", self.id);
         }
+        a
     }
 
     /// Creates a cluster with this node as its only member; returns a join token.
@@ -718,26 +723,35 @@ impl Cluster {
             .learner_ids()
             .filter(|id| !voters.contains(id) && up(id))
             .collect();
-        let mut want: BTreeSet<NodeId> = voters.iter().copied().filter(|v| !long_down(v)).collect();
-        for l in learners {
-            if want.len() >= MAX_VOTERS {
-                break;
-            }
-            // Only a learner that has caught up is promoted, so the change commits fast.
-            let caught_up = m
-                .replication
+        let caught_up = |l: &NodeId| {
+            m.replication
                 .as_ref()
-                .and_then(|r| r.get(&l).cloned().flatten())
+                .and_then(|r| r.get(l).cloned().flatten())
                 .is_some_and(|matched| {
                     m.last_log_index
                         .is_some_and(|last| last.saturating_sub(matched.index) < 100)
-                });
-            if caught_up {
+                })
+        };
+        // Only a learner that has caught up is promoted, so the change commits fast;
+        // a long-down voter is dropped only when such a learner takes its place, so
+        // the group never shrinks (a smaller group tolerates fewer failures).
+        let mut spare: Vec<NodeId> = learners.into_iter().filter(caught_up).collect();
+        let mut want = voters.clone();
+        for v in voters.iter().filter(|v| long_down(v)) {
+            if let Some(l) = spare.pop() {
+                want.remove(v);
                 want.insert(l);
             }
         }
-        // Never shrink below a majority of the current voters in one step.
-        if want != voters && !want.is_empty() && want.len() * 2 > voters.len() {
+        while want.len() < MAX_VOTERS {
+            match spare.pop() {
+                Some(l) => {
+                    want.insert(l);
+                }
+                None => break,
+            }
+        }
+        if want != voters {
             tracing::info!(?voters, ?want, "changing voters");
             self.change_membership(ChangeMembers::ReplaceAllVoters(want))
                 .await?;

@@ -736,6 +736,15 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             };
             for mv in moves {
                 let slot = match &mut ext.layout {
+                    // A copy added to an under-replicated extent.
+                    Layout::Replicated { drives }
+                        if mv.stripe == 0
+                            && mv.from == UNPLACED
+                            && mv.frag as usize == drives.len() =>
+                    {
+                        drives.push(UNPLACED);
+                        drives.last_mut()
+                    }
                     Layout::Replicated { drives } if mv.stripe == 0 => {
                         drives.get_mut(mv.frag as usize)
                     }

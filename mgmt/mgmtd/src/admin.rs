@@ -1,9 +1,10 @@
 //! The admin API: what `nodectl` (and later the SSH console) call. Every route but
 //! `/healthz` needs the node's bearer token.
 
+use crate::cluster::{resolve_node, ClusterNode, ClusterStatus};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use cairn_chunkproto::DriveState;
 use cairn_objects::{ObjectStore, StoreStatus};
@@ -44,16 +45,64 @@ pub struct NodeStatus {
     pub collected_chunks: u64,
 }
 
+/// What the admin API manages.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Single(Arc<ObjectStore>),
+    Cluster(Arc<ClusterNode>),
+}
+
 #[derive(Clone)]
 struct App {
-    store: Arc<ObjectStore>,
+    target: Target,
     token: Arc<String>,
     data: PathBuf,
 }
 
+type Failure = (StatusCode, String);
+
+fn fail(code: StatusCode, e: impl std::fmt::Display) -> Failure {
+    (code, format!("{e}\n"))
+}
+
+impl App {
+    fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
+        match &self.target {
+            Target::Single(s) => Ok(s.clone()),
+            Target::Cluster(c) => c.store.get().cloned().ok_or_else(|| {
+                fail(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "this node is not part of a cluster yet: run `nodectl cluster init` or `nodectl cluster join`",
+                )
+            }),
+        }
+    }
+
+    fn cluster(&self) -> Result<Arc<ClusterNode>, Failure> {
+        match &self.target {
+            Target::Cluster(c) => Ok(c.clone()),
+            Target::Single(_) => Err(fail(
+                StatusCode::CONFLICT,
+                "this node runs in single-node mode (start mgmtd with --internal for a cluster)",
+            )),
+        }
+    }
+
+    fn check(&self, headers: &HeaderMap) -> Result<(), Failure> {
+        if authorized(self, headers) {
+            Ok(())
+        } else {
+            Err(fail(
+                StatusCode::UNAUTHORIZED,
+                "missing or wrong admin token",
+            ))
+        }
+    }
+}
+
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    store: Arc<ObjectStore>,
+    target: Target,
     token: String,
     data: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -61,8 +110,14 @@ pub(crate) async fn serve(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/status", get(status))
+        .route("/v1/cluster/init", post(cluster_init))
+        .route("/v1/cluster/join", post(cluster_join))
+        .route("/v1/cluster/status", get(cluster_status))
+        .route("/v1/cluster/token", get(cluster_token))
+        .route("/v1/cluster/drain", post(cluster_drain))
+        .route("/v1/cluster/remove", post(cluster_remove))
         .with_state(App {
-            store,
+            target,
             token: Arc::new(token),
             data,
         });
@@ -93,18 +148,13 @@ async fn status(
     State(app): State<App>,
     headers: HeaderMap,
 ) -> Result<Json<NodeStatus>, (StatusCode, String)> {
-    if !authorized(&app, &headers) {
-        return Err((
-            StatusCode::UNAUTHORIZED,
-            "missing or wrong admin token\n".into(),
-        ));
-    }
-    let s: StoreStatus = app
-        .store
+    app.check(&headers)?;
+    let store = app.store()?;
+    let s: StoreStatus = store
         .status()
         .await
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))?;
-    let (health, drives) = match app.store.drive_reports().await {
+    let (health, drives) = match store.drive_reports().await {
         Ok(reports) => {
             let drives: Vec<DriveStatus> = reports
                 .into_iter()
@@ -142,7 +192,7 @@ async fn status(
         protection: format!(
             "erasure {} above {} KiB, {} replicas up to it",
             s.ec,
-            app.store.config().small_object >> 10,
+            store.config().small_object >> 10,
             s.replicas
         ),
         replicas: s.replicas,
@@ -151,4 +201,178 @@ async fn status(
         unreadable_reads: s.unreadable,
         collected_chunks: s.collected_chunks,
     }))
+}
+
+/// `POST /v1/cluster/init`.
+#[derive(Debug, Deserialize)]
+pub struct InitRequest {
+    pub cluster_id: Option<String>,
+    /// `K+M`, default 4+2.
+    pub ec: Option<String>,
+    pub replicas: Option<u8>,
+}
+
+/// A join token, as `init` and `token` return it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TokenReply {
+    pub cluster_id: String,
+    pub token: String,
+}
+
+fn parse_ec(s: &str) -> Result<(u8, u8), Failure> {
+    let bad = || fail(StatusCode::BAD_REQUEST, format!("{s:?} is not K+M"));
+    let (k, m) = s.split_once('+').ok_or_else(bad)?;
+    let k: u8 = k.trim().parse().map_err(|_| bad())?;
+    let m: u8 = m.trim().parse().map_err(|_| bad())?;
+    if k == 0 || k as u16 + m as u16 > 32 {
+        return Err(bad());
+    }
+    Ok((k, m))
+}
+
+async fn cluster_init(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Json(req): Json<InitRequest>,
+) -> Result<Json<TokenReply>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    let (k, m) = parse_ec(req.ec.as_deref().unwrap_or("4+2"))?;
+    let replicas = req.replicas.unwrap_or(3);
+    if replicas == 0 {
+        return Err(fail(StatusCode::BAD_REQUEST, "replicas must be at least 1"));
+    }
+    let id = req
+        .cluster_id
+        .unwrap_or_else(|| format!("{:08x}", rand::random::<u32>()));
+    let token = node
+        .cluster
+        .init(&id, cairn_cluster::Protection { k, m, replicas })
+        .await
+        .map_err(|e| fail(StatusCode::CONFLICT, e))?;
+    Ok(Json(TokenReply {
+        cluster_id: id,
+        token,
+    }))
+}
+
+/// `POST /v1/cluster/join`.
+#[derive(Debug, Deserialize)]
+pub struct JoinRequest {
+    /// The internal address of any member.
+    pub seed: String,
+    pub token: String,
+}
+
+async fn cluster_join(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Json(req): Json<JoinRequest>,
+) -> Result<Json<TokenReply>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    if node.cluster.is_member() {
+        return Err(fail(
+            StatusCode::CONFLICT,
+            format!(
+                "already a member of cluster {}",
+                node.cluster.map().cluster_id
+            ),
+        ));
+    }
+    let client = reqwest::Client::new();
+    let seed = if req.seed.contains("://") {
+        req.seed.clone()
+    } else {
+        format!("http://{}", req.seed)
+    };
+    let reply = node
+        .cluster
+        .request_join(&client, &seed, &req.token)
+        .await
+        .map_err(|e| fail(StatusCode::BAD_GATEWAY, e))?;
+    if !reply.cert_pem.is_empty() {
+        crate::cluster::write_tls(
+            &app.data.join("tls"),
+            &reply.ca_pem,
+            &reply.cert_pem,
+            &reply.key_pem,
+        )
+        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    }
+    node.cluster
+        .wait_member(std::time::Duration::from_secs(60))
+        .await
+        .map_err(|e| fail(StatusCode::GATEWAY_TIMEOUT, e))?;
+    Ok(Json(TokenReply {
+        cluster_id: reply.cluster_id,
+        token: req.token,
+    }))
+}
+
+async fn cluster_status(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<ClusterStatus>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    node.status()
+        .await
+        .map(Json)
+        .map_err(|e| fail(StatusCode::SERVICE_UNAVAILABLE, e))
+}
+
+async fn cluster_token(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<TokenReply>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    let token = node
+        .cluster
+        .token()
+        .map_err(|e| fail(StatusCode::CONFLICT, e))?;
+    Ok(Json(TokenReply {
+        cluster_id: node.cluster.map().cluster_id.clone(),
+        token,
+    }))
+}
+
+/// `POST /v1/cluster/drain` and `/remove`.
+#[derive(Debug, Deserialize)]
+pub struct NodeRequest {
+    /// Node id (hex, or a unique prefix).
+    pub node: String,
+    #[serde(default)]
+    pub force: bool,
+}
+
+async fn cluster_drain(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Json(req): Json<NodeRequest>,
+) -> Result<Json<u64>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    let id =
+        resolve_node(&node.cluster.map(), &req.node).map_err(|e| fail(StatusCode::NOT_FOUND, e))?;
+    node.drain(id)
+        .await
+        .map(Json)
+        .map_err(|e| fail(StatusCode::CONFLICT, e))
+}
+
+async fn cluster_remove(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Json(req): Json<NodeRequest>,
+) -> Result<Json<bool>, Failure> {
+    app.check(&headers)?;
+    let node = app.cluster()?;
+    let id =
+        resolve_node(&node.cluster.map(), &req.node).map_err(|e| fail(StatusCode::NOT_FOUND, e))?;
+    node.remove(id, req.force)
+        .await
+        .map(|()| Json(true))
+        .map_err(|e| fail(StatusCode::CONFLICT, e))
 }

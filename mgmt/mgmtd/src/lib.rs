@@ -6,9 +6,11 @@
 //! repair live in `cairn-objects`, the S3 protocol in `cairn-s3`.
 
 mod admin;
+mod cluster;
 mod credentials;
 
 pub use admin::{DriveStatus, NodeStatus};
+pub use cluster::{ClusterOpts, ClusterStatus, NodeView};
 pub use credentials::{
     load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,
     ENV_SECRET_KEY,
@@ -20,6 +22,7 @@ use cairn_objects::{ObjectStore, StoreConfig};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Errors of mgmtd.
@@ -61,14 +64,21 @@ pub struct Config {
     pub store: StoreConfig,
     /// Written once both listeners are up: `{"s3": ADDR, "admin": ADDR}`.
     pub ready_file: Option<PathBuf>,
+    /// Set: the node runs as a cluster member (it serves S3 once it has joined or
+    /// created a cluster).
+    pub cluster: Option<ClusterOpts>,
 }
 
 /// Runs mgmtd until SIGINT or SIGTERM.
 pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     std::fs::create_dir_all(&cfg.data).map_err(io_err(format!("create {}", cfg.data.display())))?;
     let meta = MetaStore::open(&cfg.data.join("meta.redb"))?;
-    let chunks = ChunkClient::new(cfg.datapath.clone(), 4, Duration::from_secs(30));
-    let store = ObjectStore::new(meta, chunks, cfg.store.clone())?;
+    let local = ChunkClient::new(cfg.datapath.clone(), 4, Duration::from_secs(30));
+    if let Some(opts) = cfg.cluster.clone() {
+        return run_cluster(cfg, opts, root, meta, local).await;
+    }
+    let fabric = cairn_objects::Fabric::single(local, cfg.store.drives);
+    let store = ObjectStore::new(meta.clone(), Arc::new(meta), fabric, cfg.store.clone())?;
 
     wait_for_datapath(&store, &cfg.datapath, Duration::from_secs(60)).await?;
     // Before serving, so no write is in flight: see ObjectStore::collect_garbage.
@@ -113,7 +123,7 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     ));
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
-        store.clone(),
+        admin::Target::Single(store.clone()),
         token,
         cfg.data.clone(),
         stopped(stop_rx.clone()),
@@ -131,6 +141,150 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     let _ = stop_tx.send(true);
     let _ = s3_task.await;
     let _ = admin_task.await;
+    Ok(())
+}
+
+/// Runs mgmtd as a cluster member until SIGINT or SIGTERM.
+async fn run_cluster(
+    cfg: Config,
+    opts: ClusterOpts,
+    root: RootCredentials,
+    meta: MetaStore,
+    local: ChunkClient,
+) -> Result<(), MgmtError> {
+    // This node's drives, as the cluster will know them.
+    let probe = ObjectStore::new(
+        meta.clone(),
+        Arc::new(meta.clone()),
+        cairn_objects::Fabric::single(local.clone(), cfg.store.drives),
+        cfg.store.clone(),
+    )?;
+    wait_for_datapath(&probe, &cfg.datapath, Duration::from_secs(60)).await?;
+    let drives: Vec<(u16, u64)> = probe
+        .drive_reports()
+        .await?
+        .into_iter()
+        .map(|d| (d.drive, d.capacity))
+        .collect();
+    drop(probe);
+    let internal = tokio::net::TcpListener::bind(opts.internal)
+        .await
+        .map_err(io_err(format!("bind internal API on {}", opts.internal)))?;
+    let internal_addr = internal.local_addr().map_err(io_err("internal address"))?;
+    let transport = Arc::new(cairn_cluster::Transport::plain());
+    let ccfg = cairn_cluster::ClusterConfig {
+        state_dir: cfg.data.join("cluster"),
+        advert: cairn_cluster::NodeAdvert {
+            id: 0,
+            internal: internal_addr.to_string(),
+            chunk: opts.chunk_advertise.clone(),
+            s3: cfg.s3.to_string(),
+            domain: opts.domain.clone().unwrap_or_default(),
+            drives,
+        },
+        heartbeat: Duration::from_millis(500),
+        down_after: opts.down_after,
+    };
+    let issuer: Arc<dyn cairn_cluster::Issuer> = Arc::new(cluster::SecretIssuer);
+    let c = cairn_cluster::Cluster::open(ccfg, meta.clone(), transport, issuer)
+        .await
+        .map_err(|e| MgmtError::Config(format!("cluster state: {e}")))?;
+    if opts.domain.is_none() {
+        tracing::info!(node = %cluster::id_hex(c.id()), "failure domain: the node itself");
+    }
+    c.start();
+    let node = Arc::new(cluster::ClusterNode {
+        cluster: c.clone(),
+        store: std::sync::OnceLock::new(),
+        repair: Default::default(),
+        opts: opts.clone(),
+    });
+    let (members, public) = c.router();
+    let internal_app = members.merge(public);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let internal_task = tokio::spawn({
+        let stop = stopped(stop_rx.clone());
+        async move {
+            if let Err(e) = axum::serve(internal, internal_app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!("internal API stopped: {e}");
+            }
+        }
+    });
+
+    let token = load_or_create_admin_token(&cfg.data)?;
+    let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
+        .await
+        .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(io_err("admin address"))?;
+    let admin_task = tokio::spawn(admin::serve(
+        admin_listener,
+        admin::Target::Cluster(node.clone()),
+        token,
+        cfg.data.clone(),
+        stopped(stop_rx.clone()),
+    ));
+    // The S3 port opens once this node is a member (after `cluster init` or
+    // `cluster join`, or at once when it already was one).
+    let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
+        .await
+        .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
+    let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
+    if let Some(p) = &cfg.ready_file {
+        let body = serde_json::json!({
+            "s3": s3_addr.to_string(),
+            "admin": admin_addr.to_string(),
+            "internal": internal_addr.to_string(),
+            "node_id": cluster::id_hex(c.id()),
+        });
+        write_atomic(p, body.to_string().as_bytes())?;
+    }
+    tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up; S3 waits for membership");
+    let mut keys = HashMap::new();
+    keys.insert(
+        root.access_key.clone(),
+        cairn_s3::Credential {
+            secret: root.secret_key.clone(),
+            tenant: cairn_meta::ROOT_TENANT,
+        },
+    );
+    let keys = cairn_s3::Keys::new(keys);
+    let s3_task = tokio::spawn({
+        let node = node.clone();
+        let stop = stopped(stop_rx.clone());
+        let store_cfg = cfg.store.clone();
+        async move {
+            let store = tokio::select! {
+                s = node.become_member(meta, local, store_cfg) => s,
+                _ = stop => return,
+            };
+            match store {
+                Ok(store) => {
+                    tracing::info!(%s3_addr, "S3 serving for the cluster");
+                    if let Err(e) =
+                        cairn_s3::serve(s3_listener, store, keys, std::future::pending()).await
+                    {
+                        tracing::error!("S3 stopped: {e}");
+                    }
+                }
+                Err(e) => tracing::error!("cannot serve S3: {e}"),
+            }
+        }
+    });
+    wait_for_signal().await;
+    tracing::info!("mgmtd stopping");
+    let _ = stop_tx.send(true);
+    s3_task.abort();
+    let _ = admin_task.await;
+    let _ = internal_task.await;
+    c.shutdown().await;
     Ok(())
 }
 

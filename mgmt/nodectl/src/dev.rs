@@ -44,6 +44,19 @@ pub struct UpArgs {
     /// Datapath reactor threads.
     #[arg(long, default_value_t = 1)]
     reactors: usize,
+    /// Nodes: 1 is a single-node appliance; more form a local cluster, node K on
+    /// loopback address BASE+K (see --base-ip), each with its own drives and ports.
+    #[arg(long, default_value_t = 1)]
+    nodes: u16,
+    /// First loopback address of a local cluster (node 1 gets the next one).
+    #[arg(long, default_value = "127.0.0.10")]
+    base_ip: std::net::Ipv4Addr,
+    /// Copies of small objects in a cluster.
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// Seconds a down node's fragments wait before repair rebuilds them elsewhere.
+    #[arg(long, default_value_t = 60)]
+    repair_grace: u64,
 }
 
 /// What `dev.json` records about a running node.
@@ -57,19 +70,19 @@ pub struct DevState {
     pub mgmtd_pid: Option<u32>,
 }
 
-struct Daemon {
-    name: &'static str,
-    program: PathBuf,
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    log: PathBuf,
-    ready: PathBuf,
-    child: Option<Child>,
-    restarts: Vec<Instant>,
+pub(crate) struct Daemon {
+    pub(crate) name: &'static str,
+    pub(crate) program: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) log: PathBuf,
+    pub(crate) ready: PathBuf,
+    pub(crate) child: Option<Child>,
+    pub(crate) restarts: Vec<Instant>,
 }
 
 impl Daemon {
-    async fn start(&mut self) -> Result<String, NodectlError> {
+    pub(crate) async fn start(&mut self) -> Result<String, NodectlError> {
         let _ = std::fs::remove_file(&self.ready);
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -115,12 +128,12 @@ impl Daemon {
         }
     }
 
-    fn pid(&self) -> Option<u32> {
+    pub(crate) fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.id())
     }
 
     /// SIGTERM, then SIGKILL after `grace`.
-    async fn stop(&mut self, grace: Duration) {
+    pub(crate) async fn stop(&mut self, grace: Duration) {
         let Some(mut child) = self.child.take() else {
             return;
         };
@@ -140,7 +153,7 @@ impl Daemon {
     }
 }
 
-fn locate(name: &str) -> Result<PathBuf, NodectlError> {
+pub(crate) fn locate(name: &str) -> Result<PathBuf, NodectlError> {
     if let Some(dir) = std::env::var_os("CAIRN_BIN_DIR") {
         return Ok(PathBuf::from(dir).join(name));
     }
@@ -196,6 +209,23 @@ fn reap_stale(run: &Path, data: &Path) {
 }
 
 pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
+    if args.nodes > 1 {
+        return crate::devcluster::up(crate::devcluster::ClusterArgs {
+            data: args.data,
+            nodes: args.nodes,
+            drives: args.drives,
+            drive_size: args.drive_size,
+            ec: args.ec,
+            replicas: args.replicas,
+            reactors: args.reactors,
+            base_ip: args.base_ip,
+            repair_grace: args.repair_grace,
+        })
+        .await;
+    }
+    if args.nodes == 0 {
+        return Err(NodectlError::Usage("--nodes must be at least 1".into()));
+    }
     if args.drives == 0 {
         return Err(NodectlError::Usage("--drives must be at least 1".into()));
     }

@@ -1,7 +1,10 @@
 //! nodectl: the operator CLI of a Cairn node. Parses arguments and dispatches; the
 //! work is in `dev` (a local appliance under supervision) and `status`.
 
+mod admin;
+mod cluster;
 mod dev;
+mod devcluster;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +47,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DevCmd,
     },
+    /// Cluster membership and protection.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Take a node out of a cluster.
+    Node {
+        #[command(subcommand)]
+        cmd: NodeCmd,
+    },
     /// Drives, capacity, objects and health of a node.
     Status {
         /// The node's data directory (as given to `dev up`).
@@ -57,8 +70,90 @@ enum Cmd {
 
 #[derive(Subcommand, Debug)]
 enum DevCmd {
-    /// Start a single-node appliance in the foreground on file-backed drives.
+    /// Start a single-node appliance (or with --nodes N, a local cluster) in the
+    /// foreground on file-backed drives.
     Up(dev::UpArgs),
+    /// Nodes of a local cluster: ids, S3 endpoints, daemon pids.
+    Status {
+        #[arg(long, default_value = "./cairn-data")]
+        data: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop one node of a local cluster and keep it down.
+    Stop {
+        /// Node number (1-based).
+        node: u16,
+        /// SIGKILL instead of SIGTERM: a crash.
+        #[arg(long)]
+        kill: bool,
+        #[arg(long, default_value = "./cairn-data")]
+        data: PathBuf,
+    },
+    /// Start a stopped node of a local cluster again.
+    Start {
+        node: u16,
+        #[arg(long, default_value = "./cairn-data")]
+        data: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Create a cluster with this node as its first member; prints a join token.
+    Init {
+        #[command(flatten)]
+        target: cluster::Target,
+        /// Erasure code of large objects, K+M (default 4+2).
+        #[arg(long)]
+        ec: Option<String>,
+        /// Copies of small objects (default 3).
+        #[arg(long)]
+        replicas: Option<u8>,
+        /// Cluster id (default: random).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Join the cluster that the member at SEED (its internal address) belongs to.
+    Join {
+        seed: String,
+        #[arg(long)]
+        token: String,
+        #[command(flatten)]
+        target: cluster::Target,
+    },
+    /// Nodes, map epoch, protection of every object, repair progress.
+    Status {
+        #[command(flatten)]
+        target: cluster::Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a join token for more nodes.
+    Token {
+        #[command(flatten)]
+        target: cluster::Target,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NodeCmd {
+    /// Stop placing data on a node and move its fragments elsewhere.
+    Drain {
+        /// Node id (hex, or a unique prefix).
+        id: String,
+        #[command(flatten)]
+        target: cluster::Target,
+    },
+    /// Remove a drained node from the cluster.
+    Remove {
+        id: String,
+        /// Remove even if it still holds fragments (they are rebuilt elsewhere).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        target: cluster::Target,
+    },
 }
 
 #[tokio::main]
@@ -68,6 +163,34 @@ async fn main() -> std::process::ExitCode {
         Cmd::Dev {
             cmd: DevCmd::Up(args),
         } => dev::up(args).await,
+        Cmd::Dev {
+            cmd: DevCmd::Status { data, json },
+        } => devcluster::status(&data, json),
+        Cmd::Dev {
+            cmd: DevCmd::Stop { node, kill, data },
+        } => devcluster::stop(&data, node, kill),
+        Cmd::Dev {
+            cmd: DevCmd::Start { node, data },
+        } => devcluster::start(&data, node),
+        Cmd::Cluster { cmd } => match cmd {
+            ClusterCmd::Init {
+                target,
+                ec,
+                replicas,
+                id,
+            } => cluster::init(&target, ec, replicas, id).await,
+            ClusterCmd::Join {
+                seed,
+                token,
+                target,
+            } => cluster::join(&target, &seed, &token).await,
+            ClusterCmd::Status { target, json } => cluster::status(&target, json).await,
+            ClusterCmd::Token { target } => cluster::token(&target).await,
+        },
+        Cmd::Node { cmd } => match cmd {
+            NodeCmd::Drain { id, target } => cluster::drain(&target, &id).await,
+            NodeCmd::Remove { id, force, target } => cluster::remove(&target, &id, force).await,
+        },
         Cmd::Status { data, json } => status::show(&data, json).await,
     };
     match res {

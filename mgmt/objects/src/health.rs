@@ -5,50 +5,67 @@
 //! round trip. It is advisory: the datapath is the authority, and any operation that
 //! comes back `DriveFailed` updates it immediately.
 
-use cairn_chunkproto::{ChunkClient, DriveReport, DriveState, Reply, Request};
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::Fabric;
+use cairn_chunkproto::{DriveReport, DriveState, Reply, Request};
+use std::sync::RwLock;
 use std::time::Duration;
 
-/// Health of the node's drives.
-#[derive(Debug)]
+/// Health of the drives, by cluster-wide id. A drive not yet heard of counts as
+/// healthy: the first failed operation or report marks it.
+#[derive(Debug, Default)]
 pub struct DriveHealth {
-    healthy: Vec<AtomicBool>,
+    healthy: RwLock<Vec<bool>>,
 }
 
 impl DriveHealth {
     pub fn new(drives: u16) -> DriveHealth {
         DriveHealth {
-            healthy: (0..drives).map(|_| AtomicBool::new(true)).collect(),
+            healthy: RwLock::new(vec![true; drives as usize]),
         }
     }
 
-    /// Which drives are healthy, by index.
-    pub fn snapshot(&self) -> Vec<bool> {
-        self.healthy
-            .iter()
-            .map(|h| h.load(Ordering::Relaxed))
-            .collect()
+    /// Which drives are healthy, by id (at least `len` entries).
+    pub fn snapshot(&self, len: usize) -> Vec<bool> {
+        let mut v = self
+            .healthy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if v.len() < len {
+            v.resize(len, true);
+        }
+        v
     }
 
     pub fn is_healthy(&self, drive: u16) -> bool {
         self.healthy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .get(drive as usize)
-            .is_some_and(|h| h.load(Ordering::Relaxed))
+            .copied()
+            .unwrap_or(true)
+    }
+
+    fn set(&self, drive: u16, ok: bool) -> bool {
+        let mut v = self.healthy.write().unwrap_or_else(|e| e.into_inner());
+        let i = drive as usize;
+        if v.len() <= i {
+            v.resize(i + 1, true);
+        }
+        std::mem::replace(&mut v[i], ok)
     }
 
     pub fn mark_failed(&self, drive: u16) {
-        if let Some(h) = self.healthy.get(drive as usize) {
-            if h.swap(false, Ordering::Relaxed) {
-                tracing::warn!(drive, "drive marked failed");
-            }
+        if self.set(drive, false) {
+            tracing::warn!(drive, "drive marked failed");
         }
     }
 
     pub fn update(&self, reports: &[DriveReport]) {
         for r in reports {
-            if let Some(h) = self.healthy.get(r.drive as usize) {
+            {
                 let ok = r.state == DriveState::Healthy;
-                if h.swap(ok, Ordering::Relaxed) != ok {
+                if self.set(r.drive, ok) != ok {
                     if ok {
                         tracing::info!(drive = r.drive, "drive healthy");
                     } else {
@@ -60,23 +77,29 @@ impl DriveHealth {
     }
 }
 
-pub(crate) fn spawn_poller(health: std::sync::Arc<DriveHealth>, chunks: ChunkClient) {
+pub(crate) fn spawn_poller(health: std::sync::Arc<DriveHealth>, chunks: Fabric) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let ops = (0..health.healthy.len() as u16)
-                .map(|drive| Request::DriveInfo { drive })
+            let drives = chunks.drives();
+            let ops = drives
+                .iter()
+                .map(|&drive| Request::DriveInfo { drive })
                 .collect();
             if let Ok(res) = chunks.call(ops).await {
-                let reports: Vec<_> = res
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Ok(Reply::DriveInfo(d)) => Some(d),
-                        _ => None,
-                    })
-                    .collect();
-                health.update(&reports);
+                for (drive, r) in drives.into_iter().zip(res) {
+                    match r {
+                        Ok(Reply::DriveInfo(d)) => health.update(&[d]),
+                        // Unreachable (its node is down) or failed: not healthy.
+                        Err(_) => {
+                            if health.set(drive, false) {
+                                tracing::warn!(drive, "drive unreachable");
+                            }
+                        }
+                        Ok(_) => {}
+                    }
+                }
             }
         }
     });

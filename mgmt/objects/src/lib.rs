@@ -12,19 +12,23 @@
 //! any point leaves either the old object or the new one, plus at worst orphan
 //! chunks that [`ObjectStore::collect_garbage`] removes at the next start.
 
+mod fabric;
 mod health;
 mod placement;
 mod read;
+mod repair;
 mod write;
 
+pub use fabric::{Fabric, Route};
 pub use health::DriveHealth;
 pub use placement::place;
+pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkClient, ChunkId, DriveReport, FailureCode, ProtoError, Request};
+use cairn_chunkproto::{ChunkId, DriveReport, FailureCode, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
-    After, Applied, BucketRecord, Extent, Layout, Listing, MetaError, MetaStore, Mutation,
+    After, Applied, BucketRecord, Extent, Layout, Listing, MetaError, MetaLog, MetaStore, Mutation,
     ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
 use futures::stream::BoxStream;
@@ -111,6 +115,11 @@ impl StoreConfig {
         if k == 0 {
             return Err(ObjectError::Config("k must be at least 1".into()));
         }
+        if self.drives == 0 {
+            // In a cluster the drives come from the map: each write checks that
+            // enough failure domains are up.
+            return Ok(());
+        }
         if (k as u16 + m as u16) > self.drives {
             return Err(ObjectError::Config(format!(
                 "{k}+{m} needs {} drives, the node has {}",
@@ -185,8 +194,11 @@ pub struct StoreStatus {
 
 /// The node's object store.
 pub struct ObjectStore {
+    /// Local reads (made current by `log.barrier()` first).
     meta: MetaStore,
-    chunks: ChunkClient,
+    /// Where mutations are decided: this node's committer, or the cluster's log.
+    log: Arc<dyn MetaLog>,
+    chunks: Fabric,
     cfg: StoreConfig,
     health: Arc<DriveHealth>,
     codecs: Arc<Codecs>,
@@ -233,13 +245,15 @@ pub fn extent_of(id: ChunkId) -> u128 {
 impl ObjectStore {
     pub fn new(
         meta: MetaStore,
-        chunks: ChunkClient,
+        log: Arc<dyn MetaLog>,
+        chunks: Fabric,
         cfg: StoreConfig,
     ) -> Result<Arc<ObjectStore>, ObjectError> {
         cfg.validate()?;
         let health = Arc::new(DriveHealth::new(cfg.drives));
         Ok(Arc::new(ObjectStore {
             meta,
+            log,
             chunks,
             cfg,
             health,
@@ -250,6 +264,28 @@ impl ObjectStore {
 
     pub fn meta(&self) -> &MetaStore {
         &self.meta
+    }
+
+    /// The chunk fabric.
+    pub fn fabric(&self) -> &Fabric {
+        &self.chunks
+    }
+
+    /// Makes local metadata reads current (in a cluster: a read barrier).
+    pub async fn sync(&self) -> Result<(), ObjectError> {
+        Ok(self.log.barrier().await?)
+    }
+
+    /// Drives new data may go to, and their failure domains, by drive id.
+    pub(crate) fn placement_view(&self) -> (Vec<bool>, Vec<u32>) {
+        let (placeable, domains) = self.chunks.placement();
+        let health = self.health.snapshot(placeable.len());
+        let ok = placeable
+            .iter()
+            .zip(&health)
+            .map(|(p, h)| *p && *h)
+            .collect();
+        (ok, domains)
     }
 
     pub fn config(&self) -> &StoreConfig {
@@ -271,7 +307,10 @@ impl ObjectStore {
 
     /// Reports of every drive, fresh from the datapath.
     pub async fn drive_reports(&self) -> Result<Vec<DriveReport>, ObjectError> {
-        let ops = (0..self.cfg.drives)
+        let ops = self
+            .chunks
+            .drives()
+            .into_iter()
             .map(|drive| Request::DriveInfo { drive })
             .collect();
         let mut out = Vec::new();
@@ -303,7 +342,13 @@ impl ObjectStore {
     // ---- buckets ----
 
     /// The bucket, if the tenant may use it.
-    pub fn bucket(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
+    pub async fn bucket(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
+        self.sync().await?;
+        self.bucket_here(tenant, name)
+    }
+
+    /// [`ObjectStore::bucket`] on local metadata, already made current.
+    fn bucket_here(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
         match self.meta.bucket(name)? {
             None => Err(MetaError::NoSuchBucket(name.to_string()).into()),
             Some(b) if b.tenant != tenant => Err(ObjectError::AccessDenied),
@@ -312,7 +357,7 @@ impl ObjectStore {
     }
 
     pub async fn create_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
-        self.meta
+        self.log
             .apply(Mutation::CreateBucket {
                 name: name.to_string(),
                 record: BucketRecord {
@@ -325,7 +370,7 @@ impl ObjectStore {
     }
 
     pub async fn delete_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
-        self.bucket(tenant, name)?;
+        self.bucket(tenant, name).await?;
         self.apply_and_free(
             tenant,
             Mutation::DeleteBucket {
@@ -336,7 +381,11 @@ impl ObjectStore {
         Ok(())
     }
 
-    pub fn list_buckets(&self, tenant: u64) -> Result<Vec<(String, BucketRecord)>, ObjectError> {
+    pub async fn list_buckets(
+        &self,
+        tenant: u64,
+    ) -> Result<Vec<(String, BucketRecord)>, ObjectError> {
+        self.sync().await?;
         Ok(self
             .meta
             .buckets()?
@@ -345,7 +394,7 @@ impl ObjectStore {
             .collect())
     }
 
-    pub fn list_objects(
+    pub async fn list_objects(
         &self,
         tenant: u64,
         bucket: &str,
@@ -354,7 +403,7 @@ impl ObjectStore {
         delimiter: Option<&str>,
         max: usize,
     ) -> Result<Listing, ObjectError> {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         Ok(self.meta.list(bucket, prefix, after, delimiter, max)?)
     }
 
@@ -376,7 +425,7 @@ impl ObjectStore {
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
     {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let record = ObjectRecord {
             size: written.extent.size,
@@ -399,7 +448,7 @@ impl ObjectStore {
     ) -> Result<ObjectRecord, ObjectError> {
         let new_extents = record.extents.clone();
         let res = self
-            .meta
+            .log
             .apply(Mutation::PutObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
@@ -421,13 +470,13 @@ impl ObjectStore {
     }
 
     /// The manifest of `bucket/key`.
-    pub fn head_object(
+    pub async fn head_object(
         &self,
         tenant: u64,
         bucket: &str,
         key: &str,
     ) -> Result<ObjectRecord, ObjectError> {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         self.meta
             .object(bucket, key)?
             .ok_or_else(|| MetaError::NoSuchKey(key.to_string()).into())
@@ -439,7 +488,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
     ) -> Result<(), ObjectError> {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         self.apply_and_free(
             tenant,
             Mutation::DeleteObject {
@@ -464,8 +513,8 @@ impl ObjectStore {
         attrs: Option<ObjectAttrs>,
         cond: Precondition,
     ) -> Result<ObjectRecord, ObjectError> {
-        let src = self.head_object(tenant, src_bucket, src_key)?;
-        self.bucket(tenant, dst_bucket)?;
+        let src = self.head_object(tenant, src_bucket, src_key).await?;
+        self.bucket(tenant, dst_bucket).await?;
         let body = self.read(tenant, &src, 0, src.size);
         let written = self
             .write(tenant, body, Some(src.size), MAX_PART_SIZE)
@@ -519,9 +568,9 @@ impl ObjectStore {
         key: &str,
         attrs: ObjectAttrs,
     ) -> Result<String, ObjectError> {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
-        self.meta
+        self.log
             .apply(Mutation::CreateUpload {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.clone(),
@@ -537,14 +586,14 @@ impl ObjectStore {
     }
 
     /// The upload, checked to be for `key`.
-    pub fn upload(
+    pub async fn upload(
         &self,
         tenant: u64,
         bucket: &str,
         upload_id: &str,
         key: &str,
     ) -> Result<UploadRecord, ObjectError> {
-        self.bucket(tenant, bucket)?;
+        self.bucket(tenant, bucket).await?;
         match self.meta.upload(bucket, upload_id)? {
             Some(u) if u.key == key => Ok(u),
             _ => Err(MetaError::NoSuchUpload(upload_id.to_string()).into()),
@@ -569,11 +618,11 @@ impl ObjectStore {
         if part == 0 || part > MAX_PART_NUMBER {
             return Err(ObjectError::InvalidPartNumber(part));
         }
-        self.upload(tenant, bucket, upload_id, key)?;
+        self.upload(tenant, bucket, upload_id, key).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let extent = written.extent.clone();
         let res = self
-            .meta
+            .log
             .apply(Mutation::PutPart {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.to_string(),
@@ -606,7 +655,7 @@ impl ObjectStore {
         parts: Vec<(u32, String)>,
         cond: Precondition,
     ) -> Result<ObjectRecord, ObjectError> {
-        self.upload(tenant, bucket, upload_id, key)?;
+        self.upload(tenant, bucket, upload_id, key).await?;
         let applied = self
             .apply_and_free(
                 tenant,
@@ -632,7 +681,7 @@ impl ObjectStore {
         key: &str,
         upload_id: &str,
     ) -> Result<(), ObjectError> {
-        self.upload(tenant, bucket, upload_id, key)?;
+        self.upload(tenant, bucket, upload_id, key).await?;
         self.apply_and_free(
             tenant,
             Mutation::AbortUpload {
@@ -648,7 +697,7 @@ impl ObjectStore {
 
     /// Applies a mutation and frees what it unreferenced.
     async fn apply_and_free(&self, tenant: u64, m: Mutation) -> Result<Applied, ObjectError> {
-        let applied = self.meta.apply(m).await?;
+        let applied = self.log.apply(m).await?;
         self.free(tenant, applied.freed.clone());
         Ok(applied)
     }
@@ -707,7 +756,7 @@ impl ObjectStore {
     pub async fn collect_garbage(&self) -> Result<u64, ObjectError> {
         let keep = self.meta.referenced_extents()?;
         let mut deleted = 0u64;
-        for drive in 0..self.cfg.drives {
+        for drive in self.chunks.drives() {
             let mut after = ChunkId::MIN;
             loop {
                 let res = self

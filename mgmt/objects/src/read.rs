@@ -10,7 +10,7 @@
 
 use crate::{chunk_id, Codecs, Counters, DriveHealth, ObjectError};
 use bytes::{Bytes, BytesMut};
-use cairn_chunkproto::{ChunkClient, Failure, FailureCode, Reply, Request};
+use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
 use cairn_meta::{Extent, Layout, ObjectRecord, Stripe, UNPLACED};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use std::ops::Range;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(crate) struct Reader {
     pub tenant: u64,
-    pub chunks: ChunkClient,
+    pub chunks: crate::Fabric,
     pub health: Arc<DriveHealth>,
     pub counters: Arc<Counters>,
     pub codecs: Arc<Codecs>,

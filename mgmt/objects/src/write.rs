@@ -1,8 +1,9 @@
 //! The write path: a body becomes one extent, replicated or erasure coded.
 
+use crate::Fabric;
 use crate::{chunk_id, place, Codecs, ObjectError, ObjectStore, Written};
 use bytes::{Bytes, BytesMut};
-use cairn_chunkproto::{ChunkClient, FailureCode, Request};
+use cairn_chunkproto::{FailureCode, Request};
 use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
@@ -102,7 +103,8 @@ impl ObjectStore {
             done: false,
         };
         let id = rand::random::<u128>() >> 32;
-        let healthy = self.health.snapshot();
+        let (healthy, domains) = self.placement_view();
+        let healthy = (healthy.as_slice(), domains.as_slice());
         let small = self.cfg.small_object;
         let mut buf = BytesMut::with_capacity(match len {
             Some(l) if l as usize <= small => l as usize,
@@ -112,10 +114,10 @@ impl ObjectStore {
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
         let extent = if buf.len() <= small && body.done {
-            self.write_replicated(tenant, id, buf.freeze(), &healthy)
+            self.write_replicated(tenant, id, buf.freeze(), healthy)
                 .await?
         } else {
-            self.write_erasure(tenant, id, &mut body, buf, &healthy)
+            self.write_erasure(tenant, id, &mut body, buf, healthy)
                 .await?
         };
         Ok(Written {
@@ -129,10 +131,10 @@ impl ObjectStore {
         tenant: u64,
         id: u128,
         data: Bytes,
-        healthy: &[bool],
+        healthy: (&[bool], &[u32]),
     ) -> Result<Extent, ObjectError> {
         let copies = self.cfg.replicas as usize;
-        let drives = place(id, 0, copies, healthy);
+        let drives = place(id, 0, copies, healthy.0, healthy.1);
         let quorum = copies.min(2);
         let cid = chunk_id(id, 0, 0);
         let targets: Vec<u16> = drives.iter().copied().filter(|&d| d != UNPLACED).collect();
@@ -168,7 +170,7 @@ impl ObjectStore {
         id: u128,
         body: &mut Body<S>,
         mut buf: BytesMut,
-        healthy: &[bool],
+        healthy: (&[bool], &[u32]),
     ) -> Result<Extent, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
@@ -192,7 +194,7 @@ impl ObjectStore {
             let take = buf.len().min(stripe_bytes);
             let data = buf.split_to(take).freeze();
             size += data.len() as u64;
-            let drives = place(id, index, k as usize + m as usize, healthy);
+            let drives = place(id, index, k as usize + m as usize, healthy.0, healthy.1);
             let job = StripeJob {
                 chunks: self.chunks.clone(),
                 health: self.health.clone(),
@@ -249,7 +251,7 @@ async fn join(
 }
 
 struct StripeJob {
-    chunks: ChunkClient,
+    chunks: Fabric,
     health: Arc<crate::DriveHealth>,
     codecs: Arc<Codecs>,
     tenant: u64,
@@ -333,7 +335,7 @@ impl StripeJob {
 /// Sends puts (one per target drive) in one batch; returns the drives that
 /// acknowledged, `UNPLACED` in the position of each that did not.
 async fn put_all(
-    chunks: &ChunkClient,
+    chunks: &Fabric,
     health: &crate::DriveHealth,
     targets: &[u16],
     ops: Vec<Request>,

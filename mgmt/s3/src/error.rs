@@ -24,6 +24,10 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 s3_error!(InvalidPartOrder, "parts must be in ascending order")
             }
             e @ MetaError::EntityTooSmall { .. } => s3_error!(EntityTooSmall, "{e}"),
+            e @ MetaError::Unavailable(_) => {
+                tracing::warn!("{e}");
+                s3_error!(ServiceUnavailable, "{e}")
+            }
             e => internal(e),
         },
         ObjectError::AccessDenied => s3_error!(AccessDenied),

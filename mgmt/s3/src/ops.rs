@@ -248,6 +248,7 @@ impl S3 for CairnS3 {
         let tenant = self.tenant(&req)?;
         self.store
             .bucket(tenant, &req.input.bucket)
+            .await
             .map_err(to_s3)?;
         Ok(S3Response::new(HeadBucketOutput::default()))
     }
@@ -259,6 +260,7 @@ impl S3 for CairnS3 {
         let tenant = self.tenant(&req)?;
         self.store
             .bucket(tenant, &req.input.bucket)
+            .await
             .map_err(to_s3)?;
         Ok(S3Response::new(GetBucketLocationOutput::default()))
     }
@@ -271,6 +273,7 @@ impl S3 for CairnS3 {
         let buckets = self
             .store
             .list_buckets(tenant)
+            .await
             .map_err(to_s3)?
             .into_iter()
             .map(|(name, b)| Bucket {
@@ -329,6 +332,7 @@ impl S3 for CairnS3 {
         let rec = self
             .store
             .head_object(tenant, &input.bucket, &input.key)
+            .await
             .map_err(to_s3)?;
         check_read_conditions(
             &rec,
@@ -380,6 +384,7 @@ impl S3 for CairnS3 {
         let rec = self
             .store
             .head_object(tenant, &input.bucket, &input.key)
+            .await
             .map_err(to_s3)?;
         check_read_conditions(
             &rec,
@@ -417,7 +422,10 @@ impl S3 for CairnS3 {
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let tenant = self.tenant(&req)?;
         let input = req.input;
-        self.store.bucket(tenant, &input.bucket).map_err(to_s3)?;
+        self.store
+            .bucket(tenant, &input.bucket)
+            .await
+            .map_err(to_s3)?;
         if input.delete.objects.len() > 1000 {
             return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
         }
@@ -473,6 +481,7 @@ impl S3 for CairnS3 {
         let src = self
             .store
             .head_object(tenant, &src_bucket, &src_key)
+            .await
             .map_err(to_s3)?;
         check_read_conditions(
             &src,
@@ -546,6 +555,7 @@ impl S3 for CairnS3 {
                 input.delimiter.as_deref(),
                 max,
             )
+            .await
             .map_err(to_s3)?;
         let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
         let (contents, prefixes) = listing_entries(&listing);
@@ -604,6 +614,7 @@ impl S3 for CairnS3 {
                 input.delimiter.as_deref(),
                 max,
             )
+            .await
             .map_err(to_s3)?;
         // V1's NextMarker is the last key or prefix returned; a prefix marker is
         // recognised as one when it comes back (see `after` above).
@@ -754,6 +765,7 @@ impl S3 for CairnS3 {
         let input = req.input;
         self.store
             .upload(tenant, &input.bucket, &input.upload_id, &input.key)
+            .await
             .map_err(to_s3)?;
         let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
         let marker = input.part_number_marker.unwrap_or(0).max(0) as u32;
@@ -799,7 +811,10 @@ impl S3 for CairnS3 {
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         let tenant = self.tenant(&req)?;
         let input = req.input;
-        self.store.bucket(tenant, &input.bucket).map_err(to_s3)?;
+        self.store
+            .bucket(tenant, &input.bucket)
+            .await
+            .map_err(to_s3)?;
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = input.max_uploads.unwrap_or(1000).clamp(0, 1000) as usize;
         let key_marker = input.key_marker.clone().unwrap_or_default();

@@ -34,6 +34,22 @@ struct Args {
     /// Write the bound addresses here as JSON once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Run as a cluster member, with the internal API (Raft, membership) here.
+    /// Without it the node is a single-node appliance.
+    #[arg(long)]
+    internal: Option<SocketAddr>,
+    /// The chunk service as peers reach it (default: --datapath).
+    #[arg(long)]
+    chunk_advertise: Option<String>,
+    /// Failure domain (rack, room...); default: the node itself.
+    #[arg(long)]
+    domain: Option<String>,
+    /// Seconds of silence after which a node is marked down.
+    #[arg(long, default_value_t = 5)]
+    down_after: u64,
+    /// Seconds a down node's fragments wait before they are rebuilt elsewhere.
+    #[arg(long, default_value_t = 60)]
+    repair_grace: u64,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -72,9 +88,19 @@ async fn main() -> std::process::ExitCode {
         data: args.data,
         s3: args.s3,
         admin: args.admin,
-        datapath: args.datapath,
+        datapath: args.datapath.clone(),
         store,
         ready_file: args.ready_file,
+        cluster: args.internal.map(|internal| cairn_mgmtd::ClusterOpts {
+            internal,
+            chunk_advertise: args
+                .chunk_advertise
+                .unwrap_or_else(|| args.datapath.clone()),
+            domain: args.domain,
+            down_after: std::time::Duration::from_secs(args.down_after.max(1)),
+            repair_grace: std::time::Duration::from_secs(args.repair_grace),
+            repair_every: std::time::Duration::from_secs(5),
+        }),
     };
     match cairn_mgmtd::run(cfg, root).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,423 @@
+//! mgmtd in a cluster: the internal API, the cluster-wide chunk fabric built from
+//! the map, the object store over the Raft log, repair, and the admin routes that
+//! `nodectl cluster ...` calls.
+
+use crate::{io_err, MgmtError};
+use cairn_chunkproto::ChunkClient;
+use cairn_cluster::{Cluster, ClusterMap, MapChange, NodeId, NodeState, Protection, RaftStatus};
+use cairn_objects::{FragmentState, ObjectStore, ProtectionReport, Route};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Cluster settings of one node.
+#[derive(Clone, Debug)]
+pub struct ClusterOpts {
+    /// Internal API listen (and advertised) address.
+    pub internal: std::net::SocketAddr,
+    /// The chunk service as peers reach it.
+    pub chunk_advertise: String,
+    /// Failure domain (default: the node itself).
+    pub domain: Option<String>,
+    /// Silence after which a node is marked down.
+    pub down_after: Duration,
+    /// How long a down node's fragments wait before they are rebuilt elsewhere.
+    pub repair_grace: Duration,
+    /// How often the repairer scans.
+    pub repair_every: Duration,
+}
+
+/// The node's cluster side, shared with the admin API.
+pub struct ClusterNode {
+    pub cluster: Arc<Cluster>,
+    pub store: OnceLock<Arc<ObjectStore>>,
+    pub repair: Mutex<RepairStats>,
+    pub opts: ClusterOpts,
+}
+
+impl std::fmt::Debug for ClusterNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClusterNode({:?})", self.cluster)
+    }
+}
+
+/// Repair as this node has done it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RepairStats {
+    pub passes: u64,
+    pub rebuilt_fragments: u64,
+    pub rebuilt_bytes: u64,
+    pub deferred_last_pass: u64,
+    /// Rebuild rate of the last pass that rebuilt anything.
+    pub last_rate_mib_s: f64,
+}
+
+/// One node in `cluster status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeView {
+    pub id: String,
+    pub state: String,
+    pub draining: bool,
+    pub voter: bool,
+    pub leader: bool,
+    pub s3: String,
+    pub internal: String,
+    pub domain: String,
+    pub drives: usize,
+    pub since_ms: i64,
+}
+
+/// `nodectl cluster status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub cluster_id: String,
+    pub epoch: u64,
+    pub this_node: String,
+    pub leader: Option<String>,
+    pub term: u64,
+    pub protection: String,
+    pub nodes: Vec<NodeView>,
+    pub objects: ProtectionReportView,
+    /// Every object has every fragment: nothing degraded or lost.
+    pub fully_protected: bool,
+    pub repair: RepairView,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProtectionReportView {
+    pub total: u64,
+    pub protected: u64,
+    pub degraded: u64,
+    pub lost: u64,
+    pub fragments_missing: u64,
+    pub bytes_missing: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RepairView {
+    /// This node's share, since it started.
+    pub rebuilt_fragments: u64,
+    pub rebuilt_bytes: u64,
+    pub rate_mib_s: f64,
+    /// Bytes still to rebuild, cluster-wide, divided by the rate times the nodes up.
+    pub eta_seconds: Option<f64>,
+}
+
+pub(crate) fn id_hex(id: NodeId) -> String {
+    format!("{id:016x}")
+}
+
+/// The drive view the object layer needs, from the map.
+fn fragment_state(map: &ClusterMap, drive: u16, grace: Duration) -> FragmentState {
+    match map.drive(drive) {
+        None => FragmentState::Lost,
+        Some((n, _)) if n.draining => FragmentState::Lost,
+        Some((n, _)) if n.state == NodeState::Down => {
+            if cairn_meta::now_ms() - n.since_ms > grace.as_millis() as i64 {
+                FragmentState::Lost
+            } else {
+                FragmentState::Missing
+            }
+        }
+        Some(_) => FragmentState::Good,
+    }
+}
+
+/// Routes for every drive of the map; clients to peers are kept across map changes.
+fn routes(
+    map: &ClusterMap,
+    me: NodeId,
+    local: &ChunkClient,
+    peers: &mut HashMap<String, ChunkClient>,
+) -> Vec<Route> {
+    let domains: Vec<&str> = {
+        let mut d: Vec<&str> = map.nodes.values().map(|n| n.domain.as_str()).collect();
+        d.sort();
+        d.dedup();
+        d
+    };
+    let mut out = Vec::new();
+    for n in map.nodes.values() {
+        let client = if n.id == me {
+            local.clone()
+        } else {
+            peers
+                .entry(n.chunk.clone())
+                .or_insert_with(|| ChunkClient::new(n.chunk.clone(), 2, Duration::from_secs(10)))
+                .clone()
+        };
+        let domain = domains.iter().position(|d| *d == n.domain).unwrap_or(0) as u32;
+        for d in &n.drives {
+            out.push(Route {
+                drive: d.id,
+                node: n.id,
+                local: d.local,
+                client: client.clone(),
+                domain,
+                placeable: n.state == NodeState::Up && !n.draining,
+            });
+        }
+    }
+    out
+}
+
+impl ClusterNode {
+    /// Once this node is a member: builds the object store over the cluster and
+    /// keeps its fabric in step with the map. Returns the store.
+    pub async fn become_member(
+        self: &Arc<Self>,
+        meta: cairn_meta::MetaStore,
+        local: ChunkClient,
+        mut store_cfg: cairn_objects::StoreConfig,
+    ) -> Result<Arc<ObjectStore>, MgmtError> {
+        let mut rx = self.cluster.watch_map();
+        let me = self.cluster.id();
+        rx.wait_for(|m| m.nodes.contains_key(&me) && m.protection.is_some())
+            .await
+            .map_err(|e| MgmtError::Config(format!("cluster map: {e}")))?;
+        let map = self.cluster.map();
+        if let Some(p) = map.protection {
+            store_cfg.ec = (p.k, p.m);
+            store_cfg.replicas = p.replicas;
+        }
+        // Drives come from the map, not from this node's count.
+        store_cfg.drives = 0;
+        let fabric = cairn_objects::Fabric::default();
+        let mut peers = HashMap::new();
+        fabric.set_routes(routes(&map, me, &local, &mut peers));
+        let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
+        let _ = self.store.set(store.clone());
+        store.start_background();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let map = rx.borrow_and_update().clone();
+                fabric.set_routes(routes(&map, me, &local, &mut peers));
+            }
+        });
+        let node = self.clone();
+        tokio::spawn(async move { node.repair_loop().await });
+        Ok(store)
+    }
+
+    async fn repair_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.opts.repair_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(store) = self.store.get().cloned() else {
+                continue;
+            };
+            // Repair decisions read local metadata: make it current first.
+            if store.sync().await.is_err() {
+                continue;
+            }
+            let map = self.cluster.map();
+            let grace = self.opts.repair_grace;
+            let up: Vec<NodeId> = map
+                .nodes
+                .values()
+                .filter(|n| n.state == NodeState::Up)
+                .map(|n| n.id)
+                .collect();
+            let me = self.cluster.id();
+            let started = Instant::now();
+            let res = store
+                .repair_pass(&|d| fragment_state(&map, d, grace), &|b, k| {
+                    cairn_objects::repairer(b, k, &up) == Some(me)
+                })
+                .await;
+            let mut st = self.repair.lock().unwrap_or_else(|e| e.into_inner());
+            st.passes += 1;
+            match res {
+                Ok(p) => {
+                    st.rebuilt_fragments += p.rebuilt_fragments;
+                    st.rebuilt_bytes += p.rebuilt_bytes;
+                    st.deferred_last_pass = p.deferred;
+                    if p.rebuilt_bytes > 0 {
+                        let secs = started.elapsed().as_secs_f64().max(1e-3);
+                        st.last_rate_mib_s = p.rebuilt_bytes as f64 / secs / (1 << 20) as f64;
+                        tracing::info!(
+                            fragments = p.rebuilt_fragments,
+                            mib = p.rebuilt_bytes >> 20,
+                            rate_mib_s = st.last_rate_mib_s,
+                            "repair pass"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!("repair pass failed: {e}"),
+            }
+        }
+    }
+
+    /// The status the operator sees.
+    pub async fn status(&self) -> Result<ClusterStatus, MgmtError> {
+        let rs: RaftStatus = self.cluster.raft_status();
+        let map = self.cluster.map();
+        let grace = self.opts.repair_grace;
+        let report = match self.store.get() {
+            Some(store) => {
+                let _ = store.sync().await;
+                store.protection(&|d| fragment_state(&map, d, grace))?
+            }
+            None => ProtectionReport::default(),
+        };
+        let repair = self
+            .repair
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let up = map.count(NodeState::Up).max(1) as f64;
+        let eta = (repair.last_rate_mib_s > 0.0 && report.bytes_missing > 0).then(|| {
+            report.bytes_missing as f64 / (repair.last_rate_mib_s * (1 << 20) as f64 * up)
+        });
+        let p = map.protection.unwrap_or(Protection {
+            k: 0,
+            m: 0,
+            replicas: 0,
+        });
+        Ok(ClusterStatus {
+            cluster_id: map.cluster_id.clone(),
+            epoch: map.epoch,
+            this_node: id_hex(self.cluster.id()),
+            leader: rs.leader.map(id_hex),
+            term: rs.term,
+            protection: format!(
+                "erasure {}+{}, {} replicas for small objects",
+                p.k, p.m, p.replicas
+            ),
+            nodes: map
+                .nodes
+                .values()
+                .map(|n| NodeView {
+                    id: id_hex(n.id),
+                    state: match n.state {
+                        NodeState::Up => "up".into(),
+                        NodeState::Down => "down".into(),
+                    },
+                    draining: n.draining,
+                    voter: rs.voters.contains(&n.id),
+                    leader: rs.leader == Some(n.id),
+                    s3: n.s3.clone(),
+                    internal: n.internal.clone(),
+                    domain: n.domain.clone(),
+                    drives: n.drives.len(),
+                    since_ms: n.since_ms,
+                })
+                .collect(),
+            fully_protected: report.degraded == 0 && report.lost == 0,
+            objects: ProtectionReportView {
+                total: report.objects,
+                protected: report.protected,
+                degraded: report.degraded,
+                lost: report.lost,
+                fragments_missing: report.fragments_missing,
+                bytes_missing: report.bytes_missing,
+            },
+            repair: RepairView {
+                rebuilt_fragments: repair.rebuilt_fragments,
+                rebuilt_bytes: repair.rebuilt_bytes,
+                rate_mib_s: repair.last_rate_mib_s,
+                eta_seconds: eta,
+            },
+        })
+    }
+
+    /// Drains a node: it takes no new data, and repair moves its fragments.
+    pub async fn drain(&self, node: NodeId) -> Result<u64, MgmtError> {
+        self.cluster
+            .propose_map(MapChange::Drain { node })
+            .await
+            .map_err(|e| MgmtError::Config(e.to_string()))
+    }
+
+    /// Removes a node. Refused while any manifest still names one of its drives,
+    /// unless `force` (then its fragments count as lost and are rebuilt).
+    pub async fn remove(&self, node: NodeId, force: bool) -> Result<(), MgmtError> {
+        let map = self.cluster.map();
+        let n = map
+            .nodes
+            .get(&node)
+            .ok_or_else(|| MgmtError::Config(format!("no node {}", id_hex(node))))?;
+        if !force {
+            if let Some(store) = self.store.get() {
+                let _ = store.sync().await;
+                let theirs: Vec<u16> = n.drives.iter().map(|d| d.id).collect();
+                let held = store.fragments_on(&theirs)?;
+                if held > 0 {
+                    return Err(MgmtError::Config(format!(
+                        "node {} still holds {held} fragments: drain it first (or --force)",
+                        id_hex(node)
+                    )));
+                }
+            }
+        }
+        self.cluster
+            .remove_node(node)
+            .await
+            .map_err(|e| MgmtError::Config(e.to_string()))
+    }
+}
+
+/// Reads the node id a cluster command names: full hex id or a unique prefix.
+pub fn resolve_node(map: &ClusterMap, s: &str) -> Result<NodeId, MgmtError> {
+    let s = s.trim().to_lowercase();
+    let hits: Vec<NodeId> = map
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| id_hex(*id).starts_with(&s))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(MgmtError::Config(format!("no node {s}"))),
+        _ => Err(MgmtError::Config(format!("{s} matches several nodes"))),
+    }
+}
+
+/// Writes the node's TLS material (0600 for the key).
+pub fn write_tls(dir: &std::path::Path, ca: &str, cert: &str, key: &str) -> Result<(), MgmtError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
+    crate::write_atomic(&dir.join("ca.pem"), ca.as_bytes())?;
+    crate::write_atomic(&dir.join("node.pem"), cert.as_bytes())?;
+    let tmp = dir.join("node.key.tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(format!("write {}", tmp.display())))?;
+    std::io::Write::write_all(&mut f, key.as_bytes()).map_err(io_err("write node key"))?;
+    std::fs::rename(&tmp, dir.join("node.key")).map_err(io_err("rename node key"))
+}
+
+/// Join tokens from the replicated join secret, without certificates: node-to-node
+/// traffic is plain HTTP/TCP with this issuer.
+#[derive(Debug)]
+pub struct SecretIssuer;
+
+impl cairn_cluster::Issuer for SecretIssuer {
+    fn new_ca(&self, _cluster_id: &str) -> Result<(String, String), String> {
+        Ok((String::new(), String::new()))
+    }
+    fn issue(
+        &self,
+        _secrets: &cairn_cluster::Secrets,
+        _node: &cairn_cluster::NodeAdvert,
+    ) -> Result<(String, String), String> {
+        Ok((String::new(), String::new()))
+    }
+    fn token(&self, secrets: &cairn_cluster::Secrets) -> Result<String, String> {
+        Ok(format!("cairn1.{}", secrets.join_secret))
+    }
+    fn check_token(&self, secrets: &cairn_cluster::Secrets, token: &str) -> Result<(), String> {
+        let want = format!("cairn1.{}", secrets.join_secret);
+        let (a, b) = (want.as_bytes(), token.trim().as_bytes());
+        let same =
+            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
+        same.then_some(())
+            .ok_or_else(|| "wrong join token".to_string())
+    }
+}

@@ -1,0 +1,169 @@
+//! `nodectl cluster ...` and `nodectl node drain|remove`: cluster membership
+//! through a node's admin API.
+
+use crate::admin::AdminApi;
+use crate::NodectlError;
+use cairn_mgmtd::ClusterStatus;
+use std::path::PathBuf;
+
+/// Which node's admin API a command talks to: a node of a local dev cluster
+/// (`--data DIR --node K`), or any node by address with its token file.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Target {
+    /// Data directory of a local cluster (`nodectl dev up --nodes N`).
+    #[arg(long, default_value = "./cairn-data")]
+    pub data: PathBuf,
+    /// Which node of the local cluster (1-based).
+    #[arg(long, default_value_t = 1)]
+    pub node: u16,
+    /// The admin API of a node (instead of --data/--node).
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// The node's admin token file (with --admin).
+    #[arg(long, default_value = "/var/lib/cairn/mgmt/admin.token")]
+    pub token_file: PathBuf,
+}
+
+impl Target {
+    pub fn api(&self) -> Result<AdminApi, NodectlError> {
+        match &self.admin {
+            Some(addr) => {
+                let token = std::fs::read_to_string(&self.token_file).map_err(crate::io_err(
+                    format!("read admin token {}", self.token_file.display()),
+                ))?;
+                Ok(AdminApi {
+                    addr: addr.clone(),
+                    token: token.trim().to_string(),
+                })
+            }
+            None => crate::devcluster::admin_of(&self.data, self.node),
+        }
+    }
+}
+
+pub async fn init(
+    t: &Target,
+    ec: Option<String>,
+    replicas: Option<u8>,
+    id: Option<String>,
+) -> Result<(), NodectlError> {
+    let r: serde_json::Value = t
+        .api()?
+        .post(
+            "/v1/cluster/init",
+            &serde_json::json!({ "ec": ec, "replicas": replicas, "cluster_id": id }),
+        )
+        .await?;
+    println!(
+        "cluster {} created\njoin token: {}\n\nOn each other node:\n  nodectl cluster join <THIS NODE'S INTERNAL ADDRESS> --token {}",
+        r["cluster_id"].as_str().unwrap_or_default(),
+        r["token"].as_str().unwrap_or_default(),
+        r["token"].as_str().unwrap_or_default()
+    );
+    Ok(())
+}
+
+pub async fn join(t: &Target, seed: &str, token: &str) -> Result<(), NodectlError> {
+    let r: serde_json::Value = t
+        .api()?
+        .post(
+            "/v1/cluster/join",
+            &serde_json::json!({ "seed": seed, "token": token }),
+        )
+        .await?;
+    println!(
+        "joined cluster {}",
+        r["cluster_id"].as_str().unwrap_or_default()
+    );
+    Ok(())
+}
+
+pub async fn token(t: &Target) -> Result<(), NodectlError> {
+    let r: serde_json::Value = t.api()?.get("/v1/cluster/token").await?;
+    println!("{}", r["token"].as_str().unwrap_or_default());
+    Ok(())
+}
+
+pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
+    let s: ClusterStatus = t.api()?.get("/v1/cluster/status").await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+        return Ok(());
+    }
+    if s.cluster_id.is_empty() {
+        println!("this node is not part of a cluster (nodectl cluster init | join)");
+        return Ok(());
+    }
+    let o = &s.objects;
+    println!(
+        "cluster {}  epoch {}  term {}  {}",
+        s.cluster_id, s.epoch, s.term, s.protection
+    );
+    println!(
+        "objects: {} total, {} fully protected, {} degraded, {} lost{}",
+        o.total,
+        o.protected,
+        o.degraded,
+        o.lost,
+        if s.fully_protected {
+            ""
+        } else {
+            "  (NOT fully protected)"
+        }
+    );
+    if o.fragments_missing > 0 || s.repair.rebuilt_fragments > 0 {
+        println!(
+            "repair: {} fragments ({} MiB) missing; this node rebuilt {} ({} MiB) at {:.1} MiB/s{}",
+            o.fragments_missing,
+            o.bytes_missing >> 20,
+            s.repair.rebuilt_fragments,
+            s.repair.rebuilt_bytes >> 20,
+            s.repair.rate_mib_s,
+            s.repair
+                .eta_seconds
+                .map(|e| format!(", ETA {e:.0} s"))
+                .unwrap_or_default()
+        );
+    }
+    println!("nodes:");
+    for n in &s.nodes {
+        println!(
+            "  {}  {:<4}{}{}  S3 {}  drives {}  domain {}",
+            n.id,
+            n.state,
+            if n.leader {
+                " leader"
+            } else if n.voter {
+                " voter "
+            } else {
+                "       "
+            },
+            if n.draining { " draining" } else { "" },
+            n.s3,
+            n.drives,
+            n.domain
+        );
+    }
+    Ok(())
+}
+
+pub async fn drain(t: &Target, node: &str) -> Result<(), NodectlError> {
+    let epoch: u64 = t
+        .api()?
+        .post("/v1/cluster/drain", &serde_json::json!({ "node": node }))
+        .await?;
+    println!("node {node} draining (map epoch {epoch}); repair moves its fragments");
+    Ok(())
+}
+
+pub async fn remove(t: &Target, node: &str, force: bool) -> Result<(), NodectlError> {
+    let _: bool = t
+        .api()?
+        .post(
+            "/v1/cluster/remove",
+            &serde_json::json!({ "node": node, "force": force }),
+        )
+        .await?;
+    println!("node {node} removed");
+    Ok(())
+}

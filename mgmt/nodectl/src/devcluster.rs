@@ -1,0 +1,508 @@
+//! `nodectl dev up --nodes N`: a cluster of N nodes on this machine, formed and
+//! supervised in the foreground.
+//!
+//! Node K listens on loopback address BASE+K (S3 :9000, admin :9001, internal API
+//! :9002, chunk service :7410), so every node has its own address and the same
+//! ports, as on separate machines. Layout:
+//! ```text
+//! DIR/state/root-credentials.json   the root S3 credentials, shared by all nodes
+//! DIR/nodes/nK/{drives,state,logs}  node K's drives, mgmtd state and logs
+//! DIR/nodes/nK/stopped              present while `dev stop K` holds it down
+//! DIR/run/dev.json                  every node's id, endpoints and daemon pids
+//! ```
+//! The supervisor restarts a daemon that dies unless its node was stopped with
+//! `nodectl dev stop`, which is how users try failures by hand.
+
+use crate::admin::AdminApi;
+use crate::dev::{locate, Daemon};
+use crate::{io_err, NodectlError};
+use cairn_mgmtd::{ClusterStatus, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+pub struct ClusterArgs {
+    pub data: PathBuf,
+    pub nodes: u16,
+    pub drives: u16,
+    pub drive_size: String,
+    pub ec: Option<String>,
+    pub replicas: u8,
+    pub reactors: usize,
+    pub base_ip: Ipv4Addr,
+    pub repair_grace: u64,
+}
+
+/// One node in `dev.json` and `dev status --json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DevNode {
+    /// 1-based position in the local cluster (what `dev stop`/`start` take).
+    pub node: u16,
+    /// The cluster's id for the node.
+    pub id: String,
+    pub s3: String,
+    pub admin: String,
+    pub internal: String,
+    pub datapath: String,
+    pub datapathd_pid: Option<u32>,
+    pub mgmtd_pid: Option<u32>,
+    pub stopped: bool,
+    pub dir: String,
+}
+
+/// `dev.json` of a local cluster.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DevCluster {
+    pub supervisor_pid: u32,
+    pub cluster_id: String,
+    pub access_key: String,
+    pub nodes: Vec<DevNode>,
+}
+
+struct Node {
+    n: u16,
+    ip: Ipv4Addr,
+    dir: PathBuf,
+    id: String,
+    datapathd: Daemon,
+    mgmtd: Daemon,
+}
+
+impl Node {
+    fn stopped_marker(&self) -> PathBuf {
+        self.dir.join("stopped")
+    }
+
+    fn admin(&self) -> Result<AdminApi, NodectlError> {
+        Ok(AdminApi {
+            addr: format!("{}:9001", self.ip),
+            token: cairn_mgmtd::read_admin_token(&self.dir.join("state"))?,
+        })
+    }
+
+    fn view(&self) -> DevNode {
+        DevNode {
+            node: self.n,
+            id: self.id.clone(),
+            s3: format!("{}:9000", self.ip),
+            admin: format!("{}:9001", self.ip),
+            internal: format!("{}:9002", self.ip),
+            datapath: format!("{}:7410", self.ip),
+            datapathd_pid: self.datapathd.pid(),
+            mgmtd_pid: self.mgmtd.pid(),
+            stopped: self.stopped_marker().exists(),
+            dir: self.dir.display().to_string(),
+        }
+    }
+
+    async fn start(&mut self) -> Result<(), NodectlError> {
+        if self.datapathd.child.is_none() {
+            self.datapathd.start().await?;
+        }
+        if self.mgmtd.child.is_none() {
+            let ready = self.mgmtd.start().await?;
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ready) {
+                if let Some(id) = v["node_id"].as_str() {
+                    self.id = id.to_string();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The default protection for a cluster of `n` nodes (one fragment per node).
+fn default_ec(n: u16) -> String {
+    match n {
+        0..=2 => "1+1".into(),
+        3 => "2+1".into(),
+        4 => "2+2".into(),
+        5 => "3+2".into(),
+        _ => "4+2".into(),
+    }
+}
+
+fn node_ip(base: Ipv4Addr, n: u16) -> Result<Ipv4Addr, NodectlError> {
+    let b = u32::from(base);
+    let ip = Ipv4Addr::from(b + n as u32);
+    if ip.octets()[0] != 127 {
+        return Err(NodectlError::Usage(format!(
+            "{ip} is not a loopback address"
+        )));
+    }
+    Ok(ip)
+}
+
+pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
+    if args.drives == 0 {
+        return Err(NodectlError::Usage("--drives must be at least 1".into()));
+    }
+    std::fs::create_dir_all(&args.data)
+        .map_err(io_err(format!("create {}", args.data.display())))?;
+    let data = args
+        .data
+        .canonicalize()
+        .map_err(io_err(format!("resolve {}", args.data.display())))?;
+    let run_dir = data.join("run");
+    std::fs::create_dir_all(&run_dir).map_err(io_err("create run dir"))?;
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(run_dir.join("lock"))
+        .map_err(io_err("open lock file"))?;
+    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|_| {
+            NodectlError::Usage(format!(
+                "another nodectl is already running on {}",
+                data.display()
+            ))
+        })?;
+    reap_stale(&run_dir, &data);
+    let (root, _) = RootCredentials::resolve(&data.join("state"), true)?;
+
+    let mut nodes = Vec::new();
+    for n in 1..=args.nodes {
+        let ip = node_ip(args.base_ip, n)?;
+        let dir = data.join("nodes").join(format!("n{n}"));
+        for d in ["drives", "state", "logs", "run"] {
+            std::fs::create_dir_all(dir.join(d))
+                .map_err(io_err(format!("create {}", dir.display())))?;
+        }
+        let mut dp_args = vec![
+            "--listen".to_string(),
+            format!("{ip}:7410"),
+            "--ready-file".to_string(),
+            dir.join("run/datapathd.ready").display().to_string(),
+            "--reactors".to_string(),
+            args.reactors.to_string(),
+        ];
+        for i in 0..args.drives {
+            dp_args.push("--drive".into());
+            dp_args.push(format!(
+                "{}:{}",
+                dir.join(format!("drives/drive-{i}.img")).display(),
+                args.drive_size
+            ));
+        }
+        let mg_args = vec![
+            "--data".to_string(),
+            dir.join("state").display().to_string(),
+            "--s3".to_string(),
+            format!("{ip}:9000"),
+            "--admin".to_string(),
+            format!("{ip}:9001"),
+            "--internal".to_string(),
+            format!("{ip}:9002"),
+            "--datapath".to_string(),
+            format!("{ip}:7410"),
+            "--drives".to_string(),
+            args.drives.to_string(),
+            "--repair-grace".to_string(),
+            args.repair_grace.to_string(),
+            "--ready-file".to_string(),
+            dir.join("run/mgmtd.ready").display().to_string(),
+        ];
+        nodes.push(Node {
+            n,
+            ip,
+            id: String::new(),
+            datapathd: Daemon {
+                name: "datapathd",
+                program: locate("datapathd")?,
+                args: dp_args,
+                env: vec![],
+                log: dir.join("logs/datapathd.log"),
+                ready: dir.join("run/datapathd.ready"),
+                child: None,
+                restarts: vec![],
+            },
+            mgmtd: Daemon {
+                name: "mgmtd",
+                program: locate("mgmtd")?,
+                args: mg_args,
+                env: vec![
+                    (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
+                    (ENV_SECRET_KEY.to_string(), root.secret_key.clone()),
+                ],
+                log: dir.join("logs/mgmtd.log"),
+                ready: dir.join("run/mgmtd.ready"),
+                child: None,
+                restarts: vec![],
+            },
+            dir,
+        });
+    }
+    let started = Instant::now();
+    for node in nodes.iter_mut() {
+        if node.stopped_marker().exists() {
+            continue;
+        }
+        if let Err(e) = node.start().await {
+            stop_all(&mut nodes).await;
+            return Err(e);
+        }
+    }
+    let cluster_id = form(&nodes, &args).await?;
+    write_state(&run_dir, &cluster_id, &root, &nodes)?;
+    banner(&data, &root, &cluster_id, &nodes, started.elapsed());
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(io_err("install SIGTERM handler"))?;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {}
+        }
+        let mut changed = false;
+        for node in nodes.iter_mut() {
+            let held = node.stopped_marker().exists();
+            for d in [&mut node.datapathd, &mut node.mgmtd] {
+                let exited = match d.child.as_mut().map(|c| c.try_wait()) {
+                    Some(Ok(Some(status))) => Some(status.to_string()),
+                    Some(Err(e)) => Some(e.to_string()),
+                    _ => None,
+                };
+                if let Some(why) = exited {
+                    d.child = None;
+                    changed = true;
+                    if !held {
+                        eprintln!(
+                            "nodectl: node {} {} exited ({why}); restarting",
+                            node.n, d.name
+                        );
+                    }
+                }
+            }
+            if !held && (node.datapathd.child.is_none() || node.mgmtd.child.is_none()) {
+                if let Err(e) = node.start().await {
+                    eprintln!("nodectl: node {}: restart failed: {e}", node.n);
+                }
+                changed = true;
+            }
+        }
+        if changed {
+            write_state(&run_dir, &cluster_id, &root, &nodes)?;
+        }
+    }
+    eprintln!("nodectl: stopping the cluster");
+    stop_all(&mut nodes).await;
+    write_state(&run_dir, &cluster_id, &root, &nodes)?;
+    Ok(())
+}
+
+async fn stop_all(nodes: &mut [Node]) {
+    for n in nodes.iter_mut() {
+        n.mgmtd.stop(Duration::from_secs(15)).await;
+    }
+    for n in nodes.iter_mut() {
+        n.datapathd.stop(Duration::from_secs(15)).await;
+    }
+}
+
+/// Creates the cluster on node 1 and joins the others, skipping what is already
+/// done (a restarted `dev up` finds its cluster formed).
+async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError> {
+    let first = nodes
+        .iter()
+        .find(|n| !n.stopped_marker().exists())
+        .ok_or_else(|| NodectlError::Usage("every node is stopped".into()))?;
+    let status: ClusterStatus = first.admin()?.get("/v1/cluster/status").await?;
+    let (cluster_id, token) = if status.cluster_id.is_empty() {
+        let ec = args.ec.clone().unwrap_or_else(|| default_ec(args.nodes));
+        let r: serde_json::Value = first
+            .admin()?
+            .post(
+                "/v1/cluster/init",
+                &serde_json::json!({ "ec": ec, "replicas": args.replicas }),
+            )
+            .await?;
+        (
+            r["cluster_id"].as_str().unwrap_or_default().to_string(),
+            r["token"].as_str().unwrap_or_default().to_string(),
+        )
+    } else {
+        let r: serde_json::Value = first.admin()?.get("/v1/cluster/token").await?;
+        (
+            status.cluster_id.clone(),
+            r["token"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    for n in nodes {
+        if n.n == first.n || n.stopped_marker().exists() {
+            continue;
+        }
+        let s: ClusterStatus = n.admin()?.get("/v1/cluster/status").await?;
+        if !s.cluster_id.is_empty() {
+            continue;
+        }
+        let _: serde_json::Value = n
+            .admin()?
+            .post(
+                "/v1/cluster/join",
+                &serde_json::json!({ "seed": format!("{}:9002", first.ip), "token": token }),
+            )
+            .await?;
+    }
+    Ok(cluster_id)
+}
+
+fn write_state(
+    run: &Path,
+    cluster_id: &str,
+    root: &RootCredentials,
+    nodes: &[Node],
+) -> Result<(), NodectlError> {
+    let s = DevCluster {
+        supervisor_pid: std::process::id(),
+        cluster_id: cluster_id.to_string(),
+        access_key: root.access_key.clone(),
+        nodes: nodes.iter().map(Node::view).collect(),
+    };
+    let body = serde_json::to_vec_pretty(&s).unwrap_or_default();
+    cairn_mgmtd::write_atomic(&run.join("dev.json"), &body)?;
+    Ok(())
+}
+
+/// Reads `dev.json` of a running local cluster.
+pub fn read_state(data: &Path) -> Result<DevCluster, NodectlError> {
+    let p = data.join("run/dev.json");
+    let raw = std::fs::read(&p).map_err(io_err(format!(
+        "read {} (is `nodectl dev up --nodes N --data {}` running?)",
+        p.display(),
+        data.display()
+    )))?;
+    serde_json::from_slice(&raw).map_err(|_| {
+        NodectlError::Usage(format!(
+            "{} does not describe a local cluster (started with --nodes N?)",
+            p.display()
+        ))
+    })
+}
+
+fn reap_stale(run: &Path, data: &Path) {
+    let Ok(state) = read_state(run.parent().unwrap_or(run)) else {
+        return;
+    };
+    let data = data.display().to_string();
+    for n in &state.nodes {
+        for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if String::from_utf8_lossy(&cmdline).contains(&data) {
+                eprintln!("nodectl: stopping daemon {pid} left over from an earlier run");
+                kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+fn kill(pid: u32, sig: nix::sys::signal::Signal) {
+    let p = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::kill(p, sig);
+    if sig == nix::sys::signal::Signal::SIGKILL {
+        for _ in 0..100 {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn banner(data: &Path, root: &RootCredentials, cluster_id: &str, nodes: &[Node], took: Duration) {
+    println!(
+        "\nCairn cluster {cluster_id}: {} nodes serving S3 (formed in {:.1} s)\n",
+        nodes.len(),
+        took.as_secs_f64()
+    );
+    for n in nodes {
+        println!("  node {}  id {}  S3 http://{}:9000", n.n, n.id, n.ip);
+    }
+    println!(
+        "\n  access key   {}\n  secret key   {}\n\n\
+         Any node serves any object. Try failures by hand:\n  \
+         nodectl dev stop 2 --kill --data {d}     nodectl dev start 2 --data {d}\n  \
+         nodectl cluster status --data {d}\n\nCtrl-C stops the cluster.\n",
+        root.access_key,
+        root.secret_key,
+        d = data.display()
+    );
+}
+
+/// `nodectl dev status`.
+pub fn status(data: &Path, json: bool) -> Result<(), NodectlError> {
+    let s = read_state(data)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
+        return Ok(());
+    }
+    println!(
+        "cluster {} (supervisor pid {})",
+        s.cluster_id, s.supervisor_pid
+    );
+    for n in &s.nodes {
+        let pid = |p: Option<u32>| p.map(|p| p.to_string()).unwrap_or_else(|| "-".into());
+        println!(
+            "  node {}  {}  S3 {}  datapathd {}  mgmtd {}{}",
+            n.node,
+            n.id,
+            n.s3,
+            pid(n.datapathd_pid),
+            pid(n.mgmtd_pid),
+            if n.stopped { "  (stopped)" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// `nodectl dev stop NODE [--kill]`: holds a node down (the supervisor does not
+/// restart it) and stops its daemons, with SIGKILL when `kill`.
+pub fn stop(data: &Path, node: u16, hard: bool) -> Result<(), NodectlError> {
+    let s = read_state(data)?;
+    let n =
+        s.nodes.iter().find(|n| n.node == node).ok_or_else(|| {
+            NodectlError::Usage(format!("no node {node} (1..={})", s.nodes.len()))
+        })?;
+    std::fs::write(Path::new(&n.dir).join("stopped"), b"").map_err(io_err("mark node stopped"))?;
+    let sig = if hard {
+        nix::sys::signal::Signal::SIGKILL
+    } else {
+        nix::sys::signal::Signal::SIGTERM
+    };
+    for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
+        kill(pid, sig);
+    }
+    println!("node {node} stopped{}", if hard { " (killed)" } else { "" });
+    Ok(())
+}
+
+/// `nodectl dev start NODE`: lets the supervisor start the node again.
+pub fn start(data: &Path, node: u16) -> Result<(), NodectlError> {
+    let s = read_state(data)?;
+    let n =
+        s.nodes.iter().find(|n| n.node == node).ok_or_else(|| {
+            NodectlError::Usage(format!("no node {node} (1..={})", s.nodes.len()))
+        })?;
+    match std::fs::remove_file(Path::new(&n.dir).join("stopped")) {
+        Ok(()) => println!("node {node} starting"),
+        Err(_) => println!("node {node} was not stopped"),
+    }
+    Ok(())
+}
+
+/// The admin API of a local cluster's node.
+pub fn admin_of(data: &Path, node: u16) -> Result<AdminApi, NodectlError> {
+    let s = read_state(data)?;
+    let n = s
+        .nodes
+        .iter()
+        .find(|n| n.node == node)
+        .ok_or_else(|| NodectlError::Usage(format!("no node {node}")))?;
+    Ok(AdminApi {
+        addr: n.admin.clone(),
+        token: cairn_mgmtd::read_admin_token(&Path::new(&n.dir).join("state"))?,
+    })
+}
