@@ -25,7 +25,7 @@ pub use types::{Command, Outcome, Secrets};
 use crate::network::SnapshotHeader;
 use crate::state_machine::{Shared, StateMachine};
 use crate::types::{Raft, Snapshot};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::routing::post;
 use axum::Json;
 use cairn_meta::{Applied, MetaError, MetaStore, Mutation};
@@ -794,37 +794,68 @@ impl cairn_meta::MetaLog for Cluster {
 
 type Api = State<Arc<Cluster>>;
 
+/// The node a Raft RPC is addressed to.
+#[derive(Deserialize)]
+struct To {
+    to: NodeId,
+}
+
+/// Refuses an RPC meant for another node (e.g. the member this address had before
+/// it was wiped and rejoined under a new id): answering it would look to the leader
+/// like that member's log going backwards.
+fn addressed(c: &Cluster, to: &To) -> Result<(), (axum::http::StatusCode, String)> {
+    if to.to == c.id {
+        Ok(())
+    } else {
+        Err((
+            axum::http::StatusCode::MISDIRECTED_REQUEST,
+            format!("this is node {:016x}, not {:016x}", c.id, to.to),
+        ))
+    }
+}
+
+type Rpc<T> = Result<Json<T>, (axum::http::StatusCode, String)>;
+
 async fn append(
     State(c): Api,
+    Query(to): Query<To>,
     Json(req): Json<AppendEntriesRequest<types::TypeConfig>>,
-) -> Json<Result<openraft::raft::AppendEntriesResponse<u64>, RaftError<u64>>> {
-    Json(c.raft.append_entries(req).await)
+) -> Rpc<Result<openraft::raft::AppendEntriesResponse<u64>, RaftError<u64>>> {
+    addressed(&c, &to)?;
+    Ok(Json(c.raft.append_entries(req).await))
 }
 
 async fn vote(
     State(c): Api,
+    Query(to): Query<To>,
     Json(req): Json<VoteRequest<u64>>,
-) -> Json<Result<openraft::raft::VoteResponse<u64>, RaftError<u64>>> {
-    Json(c.raft.vote(req).await)
+) -> Rpc<Result<openraft::raft::VoteResponse<u64>, RaftError<u64>>> {
+    addressed(&c, &to)?;
+    Ok(Json(c.raft.vote(req).await))
 }
 
 async fn snapshot(
     State(c): Api,
+    Query(to): Query<To>,
     body: bytes::Bytes,
-) -> Json<Result<openraft::raft::SnapshotResponse<u64>, openraft::error::Fatal<u64>>> {
+) -> Rpc<Result<openraft::raft::SnapshotResponse<u64>, openraft::error::Fatal<u64>>> {
+    addressed(&c, &to)?;
     let parsed = (|| {
         let len = u32::from_be_bytes(body.get(..4)?.try_into().ok()?) as usize;
         let header: SnapshotHeader = serde_json::from_slice(body.get(4..4 + len)?).ok()?;
         Some((header, body.get(4 + len..)?.to_vec()))
     })();
     let Some((header, data)) = parsed else {
-        return Json(Err(openraft::error::Fatal::Panicked));
+        return Err((
+            axum::http::StatusCode::BAD_REQUEST,
+            "malformed snapshot request".into(),
+        ));
     };
     let snap = Snapshot {
         meta: header.meta,
         snapshot: Box::new(data),
     };
-    Json(c.raft.install_full_snapshot(header.vote, snap).await)
+    Ok(Json(c.raft.install_full_snapshot(header.vote, snap).await))
 }
 
 async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, String>> {

@@ -27,15 +27,19 @@ pub struct Network {
 pub struct Conn {
     transport: Arc<Transport>,
     addr: String,
+    /// The node the RPCs are for: the receiver refuses RPCs meant for another id, so
+    /// a replacement node at a former member's address is never taken for it.
+    target: u64,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Conn;
 
-    async fn new_client(&mut self, _target: u64, node: &BasicNode) -> Conn {
+    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Conn {
         Conn {
             transport: self.transport.clone(),
             addr: node.addr.clone(),
+            target,
         }
     }
 }
@@ -57,7 +61,10 @@ impl Conn {
         let resp = self
             .transport
             .client()
-            .post(self.transport.url(&self.addr, path))
+            .post(
+                self.transport
+                    .url(&self.addr, &format!("{path}?to={}", self.target)),
+            )
             .timeout(option.hard_ttl())
             .json(req)
             .send()
@@ -65,7 +72,9 @@ impl Conn {
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         if !resp.status().is_success() {
             let e = std::io::Error::other(format!("{path}: HTTP {}", resp.status()));
-            return Err(RPCError::Network(NetworkError::new(&e)));
+            // Another node answers at this address (the target was replaced): back
+            // off as from an unreachable node instead of retrying at once.
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
         let body: Result<Resp, RaftError<u64>> = resp
             .json()
@@ -111,7 +120,10 @@ impl RaftNetwork<TypeConfig> for Conn {
         let resp = self
             .transport
             .client()
-            .post(self.transport.url(&self.addr, "/raft/snapshot"))
+            .post(
+                self.transport
+                    .url(&self.addr, &format!("/raft/snapshot?to={}", self.target)),
+            )
             .timeout(option.hard_ttl().max(std::time::Duration::from_secs(60)))
             .body(body)
             .send()

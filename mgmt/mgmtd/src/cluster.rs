@@ -138,7 +138,9 @@ fn routes(
         d
     };
     let mut out = Vec::new();
-    for n in map.nodes.values() {
+    // Only nodes that are up are routed: a down node's address may already belong
+    // to its replacement, which must never be asked for the old node's drives.
+    for n in map.nodes.values().filter(|n| n.state == NodeState::Up) {
         let client = if n.id == me {
             local.clone()
         } else {
@@ -155,7 +157,7 @@ fn routes(
                 local: d.local,
                 client: client.clone(),
                 domain,
-                placeable: n.state == NodeState::Up && !n.draining,
+                placeable: !n.draining,
             });
         }
     }

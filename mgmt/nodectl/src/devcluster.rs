@@ -97,6 +97,11 @@ impl Node {
     }
 
     async fn start(&mut self) -> Result<(), NodectlError> {
+        // A wiped (replaced) node starts from empty directories.
+        for d in ["drives", "state", "logs", "run"] {
+            std::fs::create_dir_all(self.dir.join(d))
+                .map_err(io_err(format!("create {}", self.dir.display())))?;
+        }
         if self.datapathd.child.is_none() {
             self.datapathd.start().await?;
         }
@@ -251,6 +256,7 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(io_err("install SIGTERM handler"))?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut rejoin = Vec::new();
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -282,6 +288,14 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
                     eprintln!("nodectl: node {}: restart failed: {e}", node.n);
                 }
                 changed = true;
+                rejoin.push(node.n);
+            }
+        }
+        // A node that came back without its state (wiped, or replaced) is a new
+        // node to the cluster: join it again, as an operator would.
+        for n in rejoin.drain(..) {
+            if let Err(e) = rejoin_node(&nodes, n).await {
+                eprintln!("nodectl: node {n}: rejoin failed: {e}");
             }
         }
         if changed {
@@ -348,6 +362,37 @@ async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError
             .await?;
     }
     Ok(cluster_id)
+}
+
+/// Joins node `n` through any member, if it is not a member.
+async fn rejoin_node(nodes: &[Node], n: u16) -> Result<(), NodectlError> {
+    let Some(node) = nodes.iter().find(|x| x.n == n) else {
+        return Ok(());
+    };
+    let s: ClusterStatus = node.admin()?.get("/v1/cluster/status").await?;
+    if !s.cluster_id.is_empty() {
+        return Ok(());
+    }
+    for seed in nodes
+        .iter()
+        .filter(|x| x.n != n && !x.stopped_marker().exists())
+    {
+        let Ok(api) = seed.admin() else { continue };
+        let Ok(t) = api.get::<serde_json::Value>("/v1/cluster/token").await else {
+            continue;
+        };
+        let token = t["token"].as_str().unwrap_or_default().to_string();
+        let _: serde_json::Value = node
+            .admin()?
+            .post(
+                "/v1/cluster/join",
+                &serde_json::json!({ "seed": format!("{}:9002", seed.ip), "token": token }),
+            )
+            .await?;
+        eprintln!("nodectl: node {n} joined the cluster again as {}", node.id);
+        return Ok(());
+    }
+    Err(NodectlError::Admin("no member answered".into()))
 }
 
 fn write_state(

@@ -107,10 +107,11 @@ impl ObjectStore {
         drive: u16,
         gone: &(dyn Fn(u16) -> FragmentState + Sync),
     ) -> FragmentState {
-        if drive == UNPLACED || self.chunks.route(drive).is_none() {
+        if drive == UNPLACED {
             return FragmentState::Lost;
         }
         match gone(drive) {
+            FragmentState::Good if self.chunks.route(drive).is_none() => FragmentState::Lost,
             FragmentState::Good if !self.health.is_healthy(drive) => FragmentState::Missing,
             s => s,
         }
