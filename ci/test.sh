@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, the whole workspace's tests (unit, the real
 # daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
-# with the aws CLI and boto3 against `nodectl dev up`.
+# with the aws CLI and boto3 against `nodectl dev up`, and a cluster fault check
+# against `nodectl dev up --nodes 6`.
 #
 #   ci/test.sh            everything (what CI runs)
 #   ci/test.sh --quick    skip fmt/clippy
@@ -23,4 +24,6 @@ cargo test --workspace -- --test-threads=2
 echo "== release build and shell-level S3 check (aws CLI + boto3)"
 cargo build --release --bins
 ci/s3-check.sh target/release
+echo "== cluster check: 6 nodes, kill -9 of two under load, repair, node replacement"
+ci/cluster-check.sh target/release
 echo "== all checks passed"
