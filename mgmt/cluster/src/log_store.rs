@@ -1,6 +1,11 @@
 //! The Raft log on disk: a redb database beside the metadata, every append durable
 //! (fsynced) before openraft is told it is.
 
+// openraft's storage traits fix `StorageError` (over 200 bytes) as the error of every
+// method; the helpers here return what the traits return, and the redb errors are
+// converted once at the trait boundary. Boxing would only add a conversion per call.
+#![allow(clippy::result_large_err)]
+
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogReader, StorageIOError};

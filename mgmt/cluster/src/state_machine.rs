@@ -3,6 +3,9 @@
 //! transaction that also records the last applied log id, the membership and the
 //! map, so a crash never leaves metadata and "applied up to" out of step.
 
+// As in log_store: openraft's traits fix `StorageError` as the error type.
+#![allow(clippy::result_large_err)]
+
 use crate::map::ClusterMap;
 use crate::types::{
     Command, Entry, LogId, Outcome, Secrets, Snapshot, SnapshotMeta, StorageError,
@@ -31,12 +34,15 @@ pub struct Shared {
     pub secrets: Mutex<Option<Secrets>>,
 }
 
+/// The last snapshot built, shared with the builders openraft asks for.
+type SnapshotSlot = Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>;
+
 pub struct StateMachine {
     meta: MetaStore,
     shared: Arc<Shared>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
-    snapshot: Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>,
+    snapshot: SnapshotSlot,
 }
 
 fn get<T: serde::de::DeserializeOwned>(
@@ -93,7 +99,7 @@ impl StateMachine {
 /// Builds snapshots from a consistent export of the metadata store.
 pub struct SnapshotBuilder {
     meta: MetaStore,
-    slot: Arc<Mutex<Option<(SnapshotMeta, Vec<u8>)>>>,
+    slot: SnapshotSlot,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {

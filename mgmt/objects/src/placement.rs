@@ -78,9 +78,7 @@ mod tests {
         }
         // With two nodes out, only four domains are left: two positions unplaced.
         let mut healthy = healthy;
-        for d in 0..8 {
-            healthy[d] = false;
-        }
+        healthy[..8].fill(false);
         let p = place(9, 0, 6, &healthy, &domains);
         assert_eq!(p.iter().filter(|&&d| d == UNPLACED).count(), 2);
     }
