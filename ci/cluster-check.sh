@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# Cluster check: a 6-node local cluster (`nodectl dev up --nodes 6`), real S3
-# clients (boto3) through every node, kill -9 of two nodes under load, every
-# object read back by hash, restart to full protection, a node wiped and replaced
-# (ci/cluster_check.py says what each step asserts).
+# Cluster checks (ci/cluster_check.py says what each step asserts):
+#  1. a 6-node local cluster (`nodectl dev up --nodes 6`), real S3 clients (boto3)
+#     through every node, kill -9 of two nodes under load, every object read back
+#     by hash, restart to full protection, a node wiped and replaced;
+#  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
+#     the leader and one more node cut off under load, then healed.
 #
 #   ci/cluster-check.sh [BIN_DIR]      (default target/release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release}
+run_cluster() { # MODE: faults | partition
 DATA=$(mktemp -d /tmp/cairn-cluster-check.XXXXXX)
 export CAIRN_ROOT_ACCESS_KEY="AKCI$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export CAIRN_ROOT_SECRET_KEY="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 # A loopback range of its own, so this run never meets another cluster.
 BASE=127.0.$((100 + RANDOM % 100)).10
+extra=()
+[[ $1 == partition ]] && extra=(--netns)
 "$BIN/nodectl" dev up --nodes 6 --drives 2 --drive-size 2G --data "$DATA" \
-  --base-ip "$BASE" --repair-grace 10 >"$DATA/dev-up.log" 2>&1 &
+  --base-ip "$BASE" --repair-grace 10 "${extra[@]}" >"$DATA/dev-up.log" 2>&1 &
 SUP=$!
 cleanup() {
   kill -TERM "$SUP" 2>/dev/null || true
@@ -30,10 +35,24 @@ for _ in $(seq 1 300); do
 done
 grep -q 'nodes serving S3' "$DATA/dev-up.log" || { cat "$DATA/dev-up.log"; exit 1; }
 "$BIN/nodectl" dev status --data "$DATA"
-if ! timeout 900 python3 ci/cluster_check.py --nodectl "$BIN/nodectl" --data "$DATA" \
-      --objects 60 --wipe 3; then
+if [[ $1 == partition ]]; then
+  args=(--partition)
+else
+  args=(--objects 60 --wipe 3)
+fi
+if ! timeout 900 python3 ci/cluster_check.py --nodectl "$BIN/nodectl" --data "$DATA" "${args[@]}"; then
   echo "cluster-check: FAILED; logs:" >&2
   tail -n 30 "$DATA"/nodes/n*/logs/mgmtd.log >&2 || true
   exit 1
 fi
 "$BIN/nodectl" cluster status --data "$DATA"
+cleanup
+trap - EXIT
+}
+run_cluster faults
+if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
+  run_cluster partition
+else
+  echo "cluster-check: the partition check needs root and iproute2 (ip); FAILING" >&2
+  exit 1
+fi

@@ -42,6 +42,12 @@ class Cluster:
         return json.loads(sh(self.nodectl, "cluster", "status", "--json", "--data", self.data,
                              "--node", str(node)))
 
+    def partition(self, nodes):
+        sh(self.nodectl, "dev", "partition", ",".join(map(str, nodes)), "--data", self.data)
+
+    def heal(self):
+        sh(self.nodectl, "dev", "heal", "--data", self.data)
+
     def stop(self, node):
         sh(self.nodectl, "dev", "stop", str(node), "--kill", "--data", self.data)
 
@@ -65,16 +71,23 @@ def body(size, tag):
 
 
 class History:
-    """Per key: acknowledged writes (time acked, hash) and reads (start, end, hash)."""
+    """Per key: every write tried (start, acknowledged-at or None, hash) and every
+    read (start, end, hash). Each key has one sequential writer, so its versions are
+    ordered by start time. A read must return the newest version acknowledged
+    before it began, or a later one that began before it ended (acknowledged or not:
+    a failed write may still have taken effect, but never behind a later one)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.writes = {}   # key -> list of (start, ack, md5)
+        self.writes = {}   # key -> list of (start, ack or None, md5)
         self.reads = []    # (key, start, end, md5)
 
     def wrote(self, key, start, ack, md5):
         with self.lock:
             self.writes.setdefault(key, []).append((start, ack, md5))
+
+    def acked(self, key):
+        return [w for w in self.writes.get(key, []) if w[1] is not None]
 
     def read(self, key, start, end, md5):
         with self.lock:
@@ -84,12 +97,10 @@ class History:
         bad = []
         for key, start, end, md5 in self.reads:
             ws = self.writes.get(key, [])
-            # The newest write acknowledged before the read started...
-            floor = max((w for w in ws if w[1] < start), key=lambda w: w[1], default=None)
-            # ...and every write that started before the read ended may be seen.
-            allowed = {w[2] for w in ws if w[0] < end and (floor is None or w[1] >= floor[1])}
-            if floor is not None:
-                allowed.add(floor[2])
+            floor = max((w for w in ws if w[1] is not None and w[1] < start),
+                        key=lambda w: w[0], default=None)
+            allowed = {w[2] for w in ws
+                       if w[0] < end and (floor is None or w[0] >= floor[0])}
             if md5 not in allowed:
                 bad.append((key, md5, floor[2] if floor else None))
         return bad
@@ -102,6 +113,9 @@ def main():
     ap.add_argument("--kill", type=int, default=2)
     ap.add_argument("--objects", type=int, default=60)
     ap.add_argument("--protect-timeout", type=float, default=180)
+    ap.add_argument("--partition", action="store_true",
+                    help="instead: cut the leader and one other node off from the rest "
+                         "(cluster started with --netns), under load, then heal")
     ap.add_argument("--wipe", type=int, default=0,
                     help="then wipe this node (drives and state), let it rejoin as a new "
                          "node, and wait until its share is rebuilt (needs a short "
@@ -120,6 +134,8 @@ def main():
 
     bucket = "check-%d" % random.randrange(1 << 30)
     clients[1].create_bucket(Bucket=bucket)
+    if a.partition:
+        return partition_check(a, c, nodes, clients, bucket)
     hist = History()
     acked = {}  # key -> md5 of the last acknowledged version
     sizes = [1000, 100 << 10, 300 << 10, 3 << 20]
@@ -151,13 +167,14 @@ def main():
             data = body(random.choice(sizes), f"{k}-{v}")
             node = random.choice(survivors)
             s = time.time()
+            md5 = hashlib.md5(data).hexdigest()
             try:
                 clients[node].put_object(Bucket=bucket, Key=k, Body=data)
             except Exception:
+                hist.wrote(k, s, None, md5)
                 with lock:
                     errors["write_refused"] += 1
                 continue
-            md5 = hashlib.md5(data).hexdigest()
             hist.wrote(k, s, time.time(), md5)
             with lock:
                 acked[k] = md5
@@ -191,7 +208,7 @@ def main():
     stop.set()
     for t in threads:
         t.join()
-    print(f"load: {sum(len(w) for w in hist.writes.values())} acknowledged writes, "
+    print(f"load: {sum(len(hist.acked(k)) for k in hist.writes)} acknowledged writes, "
           f"{len(hist.reads)} reads; {errors['write_refused']} writes refused, "
           f"{errors['read_failed']} reads failed while nodes were down", flush=True)
 
@@ -269,6 +286,153 @@ def main():
         print(f"old node {old} removed; still fully protected", flush=True)
         read_all([n["node"] for n in nodes], "after replacing a node")
     print("cluster check passed")
+
+
+def partition_check(a, c, nodes, clients, bucket):
+    """A minority (the leader and one more node) is cut off under load. It must make
+    no metadata decision: no write through it is acknowledged while cut off, and no
+    read through it returns anything stale. After healing, every key has one latest
+    version on every node, and no acknowledged write is lost."""
+    hist = History()
+    attempts = {}  # key -> list of (start, md5): every write tried, acked or not
+    lock = threading.Lock()
+    st = c.status(1)
+    by_id = {n["id"]: n["node"] for n in c.dev()["nodes"]}
+    leader = by_id[st["leader"]]
+    minority = [leader, next(n["node"] for n in nodes if n["node"] != leader)]
+    majority = [n["node"] for n in nodes if n["node"] not in minority]
+    window = {"cut": None, "healed": None}
+    stats = {"minority_tried": 0, "minority_acked": 0, "minority_refused": 0,
+             "majority_acked": 0,
+             "minority_reads_ok": 0, "minority_reads_refused": 0}
+    stop = threading.Event()
+    sizes = [1000, 300 << 10]
+
+    def writer(wid, targets):
+        v = 0
+        while not stop.is_set():
+            v += 1
+            k = f"p{wid}-{v % 6}"
+            data = body(random.choice(sizes), f"{k}-{v}")
+            md5 = hashlib.md5(data).hexdigest()
+            node = random.choice(targets)
+            s = time.time()
+            with lock:
+                attempts.setdefault(k, []).append((s, md5))
+                cut = window["cut"]
+                if node in minority and cut and s > cut + 1 and not window["healed"]:
+                    stats["minority_tried"] += 1
+            try:
+                clients[node].put_object(Bucket=bucket, Key=k, Body=data)
+            except Exception:
+                hist.wrote(k, s, None, md5)
+                with lock:
+                    cut = window["cut"]
+                    if node in minority and cut and s > cut + 1 and \
+                            (not window["healed"] or s < window["healed"]):
+                        stats["minority_refused"] += 1
+                continue
+            e = time.time()
+            hist.wrote(k, s, e, md5)
+            with lock:
+                cut, healed = window["cut"], window["healed"]
+                if node in minority and cut and s > cut + 1 and (not healed or e < healed):
+                    stats["minority_acked"] += 1
+                elif node in majority:
+                    stats["majority_acked"] += 1
+
+    def reader():
+        while not stop.is_set():
+            with lock:
+                keys = list(attempts)
+            if not keys:
+                time.sleep(0.05)
+                continue
+            k = random.choice(keys)
+            node = random.choice([n["node"] for n in nodes])
+            s = time.time()
+            try:
+                got = clients[node].get_object(Bucket=bucket, Key=k)["Body"].read()
+            except Exception:
+                with lock:
+                    cut = window["cut"]
+                    if node in minority and cut and s > cut + 1 and \
+                            (not window["healed"] or s < window["healed"]):
+                        stats["minority_reads_refused"] += 1
+                continue
+            e = time.time()
+            hist.read(k, s, e, hashlib.md5(got).hexdigest())
+            with lock:
+                cut, healed = window["cut"], window["healed"]
+                if node in minority and cut and s > cut + 1 and (not healed or e < healed):
+                    stats["minority_reads_ok"] += 1
+
+    everyone = [n["node"] for n in nodes]
+    # Three writers through any node; two more only through the minority, so the
+    # cut-off side is asked for many decisions it must refuse.
+    threads = [threading.Thread(target=writer, args=(i, everyone)) for i in range(3)]
+    threads += [threading.Thread(target=writer, args=(3 + i, minority)) for i in range(2)]
+    threads += [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    print(f"partition: cutting nodes {minority} (node {leader} leads) off from {majority}",
+          flush=True)
+    c.partition(minority)
+    window["cut"] = time.time()
+    time.sleep(20)
+    st = c.status(majority[0])
+    new_leader = by_id.get(st["leader"] or "", None)
+    print(f"during the partition: the majority elected node {new_leader}", flush=True)
+    c.heal()
+    window["healed"] = time.time()
+    time.sleep(8)
+    stop.set()
+    for t in threads:
+        t.join()
+    print(f"load: {stats}", flush=True)
+    if new_leader not in majority:
+        sys.exit(f"FAIL: the majority side did not elect a leader of its own ({new_leader})")
+    if stats["minority_acked"]:
+        sys.exit(f"FAIL: {stats['minority_acked']} writes acknowledged through the cut-off "
+                 "minority")
+    if stats["majority_acked"] == 0:
+        sys.exit("FAIL: the majority side acknowledged no write while partitioned")
+    if stats["minority_tried"] == 0:
+        sys.exit("FAIL: no write was even tried through the minority (test too short?)")
+    bad = hist.check()
+    if bad:
+        for key, got, floor in bad[:3]:
+            order = [(round(s_ - window["cut"], 2), m[:6]) for (s_, m) in attempts[key]]
+            acks = [(round(w[0] - window["cut"], 2), w[1] and round(w[1] - window["cut"], 2),
+                     w[2][:6]) for w in hist.writes.get(key, [])]
+            reads = [(round(r[1] - window["cut"], 2), round(r[2] - window["cut"], 2), r[3][:6])
+                     for r in hist.reads if r[0] == key and r[3] == got][:3]
+            print(f"  {key}: got {got[:6]} floor {floor[:6] if floor else None}\n"
+                  f"    attempts {order}\n    acked {acks}\n    bad reads {reads}")
+        sys.exit(f"FAIL: history checker: {len(bad)} stale reads, e.g. {bad[:3]}")
+    print(f"history checker: {len(hist.reads)} reads, none stale; "
+          f"{stats['minority_reads_ok']} reads through the minority succeeded "
+          f"(all current), {stats['minority_reads_refused']} were refused", flush=True)
+    # One latest version per key, the same on every node, never older than the
+    # last acknowledged write.
+    for k in sorted(attempts):
+        seen = set()
+        for n in nodes:
+            got = clients[n["node"]].get_object(Bucket=bucket, Key=k)["Body"].read()
+            seen.add(hashlib.md5(got).hexdigest())
+        if len(seen) != 1:
+            sys.exit(f"FAIL: {k}: nodes disagree on the latest version: {seen}")
+        latest = seen.pop()
+        acked = hist.acked(k)
+        last_ack = max(acked, key=lambda w: w[0]) if acked else None
+        allowed = {md5 for (st_, md5) in attempts[k] if last_ack is None or st_ >= last_ack[0]}
+        if latest not in allowed:
+            sys.exit(f"FAIL: {k}: latest version {latest} is older than the last "
+                     f"acknowledged write {last_ack}")
+    print(f"after healing: each of {len(attempts)} keys has one latest version on all "
+          f"{len(nodes)} nodes, no acknowledged write lost", flush=True)
+    print("partition check passed")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 //! them round-robin; on each connection, batches are pipelined and matched to their
 //! responses by request id. A broken connection fails its outstanding calls and is
 //! re-dialled on the next call, so a restarted datapathd is picked up without help.
+//! A client for a peer node speaks mutual TLS ([`ChunkClient::with_tls`]); the
+//! node's own mgmtd talks to its datapathd over plain TCP on loopback.
 
 use crate::codec::{decode_frame, encode_request_batch};
 use crate::{ProtoError, Request, Response};
@@ -12,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -33,6 +35,7 @@ struct Conn {
 #[derive(Clone)]
 pub struct ChunkClient {
     addr: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
     timeout: Duration,
     slots: Arc<Vec<tokio::sync::Mutex<Option<Conn>>>>,
     next_slot: Arc<AtomicUsize>,
@@ -56,10 +59,25 @@ impl ChunkClient {
             .collect();
         ChunkClient {
             addr: addr.into(),
+            tls: None,
             timeout,
             slots: Arc::new(slots),
             next_slot: Arc::new(AtomicUsize::new(0)),
             next_id: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// A client for a peer's chunk service, over mutual TLS with `tls` (see
+    /// [`crate::tls::NodeTls::client_config`]).
+    pub fn with_tls(
+        addr: impl Into<String>,
+        connections: usize,
+        timeout: Duration,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        ChunkClient {
+            tls: Some(tls),
+            ..ChunkClient::new(addr, connections, timeout)
         }
     }
 
@@ -108,16 +126,28 @@ impl ChunkClient {
                 return Ok(c.clone());
             }
         }
+        let timed_out = || {
+            ProtoError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connect to {} timed out", self.addr),
+            ))
+        };
         let stream = tokio::time::timeout(self.timeout, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| {
-                ProtoError::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connect to {} timed out", self.addr),
-                ))
-            })??;
+            .map_err(|_| timed_out())??;
         stream.set_nodelay(true)?;
-        let conn = spawn_conn(stream);
+        let conn = match &self.tls {
+            None => spawn_conn(stream),
+            Some(cfg) => {
+                let name = crate::tls::server_name(&self.addr)
+                    .map_err(|e| ProtoError::Io(std::io::Error::other(e.to_string())))?;
+                let connector = tokio_rustls::TlsConnector::from(cfg.clone());
+                let tls = tokio::time::timeout(self.timeout, connector.connect(name, stream))
+                    .await
+                    .map_err(|_| timed_out())??;
+                spawn_conn(tls)
+            }
+        };
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -129,8 +159,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn spawn_conn(stream: TcpStream) -> Conn {
-    let (mut rd, mut wr) = stream.into_split();
+fn spawn_conn<S>(stream: S) -> Conn
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Call>(256);
     let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
 

@@ -24,6 +24,7 @@
 
 mod client;
 mod codec;
+pub mod tls;
 
 pub use client::ChunkClient;
 pub use codec::{

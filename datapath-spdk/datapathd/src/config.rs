@@ -134,6 +134,16 @@ pub struct Config {
     /// Threads of the network runtime.
     #[arg(long, default_value_t = 1)]
     pub net_threads: usize,
+    /// Address where other nodes reach this chunk service, over mutual TLS with
+    /// certificates from the cluster CA (needs --tls-dir). `--listen` then serves
+    /// only this node's mgmtd and should be a loopback address.
+    #[arg(long, requires = "tls_dir")]
+    pub peer_listen: Option<String>,
+    /// The node's TLS material (`ca.pem`, `node.pem`, `node.key`), written by mgmtd
+    /// when the node creates or joins a cluster. Re-read every two seconds: until a
+    /// certificate is there, peer connections are refused.
+    #[arg(long)]
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl Config {

@@ -5,17 +5,23 @@
 //! answers and hands the encoded response to the connection's writer. Batches are
 //! pipelined (responses may overtake each other; the client matches request ids).
 //! A frame that does not decode closes that connection only.
+//!
+//! Two listeners: `--listen` for the node's own mgmtd (plain TCP, meant for
+//! loopback) and, in a cluster, `--peer-listen` for other nodes, where every
+//! connection must complete a TLS handshake with a certificate from the cluster CA
+//! before a byte of the chunk protocol is read.
 
 use crate::reactor::Router;
 use crate::{Config, Result};
 use bytes::{Bytes, BytesMut};
+use cairn_chunkproto::tls::NodeTls;
 use cairn_chunkproto::{
     decode_frame, encode_response_batch, DriveIndex, Failure, FailureCode, Request, Response,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -24,6 +30,84 @@ use tokio::task::JoinSet;
 const MAX_INFLIGHT: usize = 64;
 /// How long shutdown waits for in-flight batches.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a peer may take to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the TLS directory is re-read.
+const TLS_RELOAD: Duration = Duration::from_secs(2);
+
+/// The peer listener's TLS acceptor, once the node has a certificate.
+type Acceptor = watch::Receiver<Option<tokio_rustls::TlsAcceptor>>;
+
+/// Keeps the acceptor in step with the TLS directory: a certificate written there
+/// (at cluster init or join) is picked up without a restart, a bad one is logged
+/// and the previous one kept.
+fn watch_tls(dir: std::path::PathBuf) -> Acceptor {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let mut last: Option<Vec<u8>> = None;
+        loop {
+            let stamp = [
+                cairn_chunkproto::tls::CERT_FILE,
+                cairn_chunkproto::tls::KEY_FILE,
+            ]
+            .iter()
+            .map(|f| std::fs::read(dir.join(f)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .concat();
+            if !stamp.is_empty() && last.as_ref() != Some(&stamp) {
+                match NodeTls::load(&dir).and_then(|t| t.map(|t| t.server_config(true)).transpose())
+                {
+                    Ok(Some(cfg)) => {
+                        tracing::info!(dir = %dir.display(), "peer TLS certificate loaded");
+                        tx.send_replace(Some(tokio_rustls::TlsAcceptor::from(cfg)));
+                        last = Some(stamp);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), "peer TLS material unusable: {e}");
+                        last = Some(stamp);
+                    }
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(TLS_RELOAD).await;
+        }
+    });
+    rx
+}
+
+/// Accepts on `listener`, or never when there is none.
+async fn accept_on(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(TcpStream, std::net::SocketAddr)> {
+    match listener {
+        Some(l) => l.accept().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_peer(
+    stream: TcpStream,
+    acceptor: Acceptor,
+    router: Router,
+    stop: watch::Receiver<bool>,
+) {
+    let peer = stream.peer_addr().ok();
+    let Some(acceptor) = acceptor.borrow().clone() else {
+        tracing::debug!(
+            ?peer,
+            "peer connection refused: this node has no certificate yet"
+        );
+        return;
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => connection(tls, router, stop).await,
+        Ok(Err(e)) => tracing::warn!(?peer, "peer TLS handshake refused: {e}"),
+        Err(_) => tracing::warn!(?peer, "peer TLS handshake timed out"),
+    }
+}
 
 pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
     let listener = TcpListener::bind(&cfg.listen).await?;
@@ -35,6 +119,15 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         std::fs::rename(&tmp, p)?;
     }
     tracing::info!(%addr, drives = router.drives(), "chunk service listening");
+    let (peer_listener, acceptor) = match &cfg.peer_listen {
+        Some(p) => {
+            let l = TcpListener::bind(p).await?;
+            tracing::info!(addr = %l.local_addr()?, "peer chunk service listening (mutual TLS)");
+            let dir = cfg.tls_dir.clone().unwrap_or_default();
+            (Some(l), watch_tls(dir))
+        }
+        None => (None, watch::channel(None).1),
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -58,10 +151,21 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
             },
+            acc = accept_on(peer_listener.as_ref()) => match acc {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    conns.spawn(accept_peer(stream, acceptor.clone(), router.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!("accept (peers): {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
     drop(listener);
+    drop(peer_listener);
     let _ = stop_tx.send(true);
     let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
         while conns.join_next().await.is_some() {}
@@ -73,8 +177,11 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
     Ok(())
 }
 
-async fn connection(stream: TcpStream, router: Router, mut stop: watch::Receiver<bool>) {
-    let (mut rd, mut wr) = stream.into_split();
+async fn connection<S>(stream: S, router: Router, mut stop: watch::Receiver<bool>)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<Bytes>>(MAX_INFLIGHT);
     let writer = tokio::spawn(async move {
         while let Some(parts) = out_rx.recv().await {

@@ -11,9 +11,11 @@
 //! This crate never touches object bytes, and never decides placement: it only
 //! orders and replicates decisions made by the layers above.
 
+mod internal;
 mod log_store;
 pub mod map;
 mod network;
+pub mod pki;
 mod state_machine;
 mod types;
 
@@ -28,6 +30,7 @@ use crate::types::{Raft, Snapshot};
 use axum::extract::{Query, State};
 use axum::routing::post;
 use axum::Json;
+use cairn_chunkproto::tls::NodeTls;
 use cairn_meta::{Applied, MetaError, MetaStore, Mutation};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
@@ -35,7 +38,7 @@ use openraft::{BasicNode, ChangeMembers};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -61,6 +64,10 @@ pub enum ClusterError {
     Raft(String),
     #[error("state directory: {0}")]
     State(String),
+    #[error("certificates: {0}")]
+    Pki(String),
+    #[error("this node has no certificate yet: it reaches peers only once it has created or joined a cluster")]
+    NotCertified,
 }
 
 impl From<ClusterError> for MetaError {
@@ -69,37 +76,111 @@ impl From<ClusterError> for MetaError {
     }
 }
 
-/// How a node talks to its peers: plain HTTP before it holds a certificate, HTTPS
-/// with its node certificate after.
+/// How a node talks to its peers: HTTPS with mutual TLS, once the node holds a
+/// certificate from the cluster CA. Before that (a node not yet in a cluster) it
+/// can reach no peer and no peer can reach it, except a seed during its join.
 #[derive(Debug)]
 pub struct Transport {
-    client: RwLock<(reqwest::Client, &'static str)>,
+    dir: PathBuf,
+    state: watch::Sender<Option<Arc<Certified>>>,
+}
+
+/// A node's TLS identity and the configurations made from it.
+#[derive(Debug)]
+pub struct Certified {
+    pub node: NodeTls,
+    /// Server side of the internal API: client certificates optional (a joiner has
+    /// none), checked per connection by [`Cluster::serve_internal`].
+    pub server: Arc<rustls::ServerConfig>,
+    /// Client side of every node-to-node connection (internal API, chunk service).
+    pub client: Arc<rustls::ClientConfig>,
+    http: reqwest::Client,
+}
+
+impl Certified {
+    fn new(node: NodeTls) -> Result<Certified, ClusterError> {
+        let tls = |e: cairn_chunkproto::tls::TlsError| ClusterError::Pki(e.to_string());
+        let client = node.client_config().map_err(tls)?;
+        let http = reqwest::Client::builder()
+            .use_preconfigured_tls((*client).clone())
+            .build()
+            .map_err(|e| ClusterError::Pki(format!("HTTPS client: {e}")))?;
+        Ok(Certified {
+            server: node.server_config(false).map_err(tls)?,
+            client,
+            http,
+            node,
+        })
+    }
 }
 
 impl Transport {
-    pub fn plain() -> Transport {
-        Transport {
-            client: RwLock::new((reqwest::Client::new(), "http")),
-        }
+    /// The transport of a node whose TLS material lives in `dir` (loaded now when
+    /// the node already has a certificate).
+    pub fn open(dir: PathBuf) -> Result<Transport, ClusterError> {
+        let loaded = NodeTls::load(&dir).map_err(|e| ClusterError::Pki(e.to_string()))?;
+        let state = match loaded {
+            Some(node) => Some(Arc::new(Certified::new(node)?)),
+            None => None,
+        };
+        Ok(Transport {
+            dir,
+            state: watch::channel(state).0,
+        })
     }
 
-    /// Switches to `client` (which presents the node certificate) and https.
-    pub fn set_tls(&self, client: reqwest::Client) {
-        *self.client.write().unwrap_or_else(|e| e.into_inner()) = (client, "https");
+    /// Checks and installs the node's certificate: written to the TLS directory
+    /// (where datapathd picks it up too), then used for every new connection.
+    pub fn install(&self, ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<(), ClusterError> {
+        let node = NodeTls::from_pem(ca_pem, cert_pem, key_pem)
+            .map_err(|e| ClusterError::Pki(e.to_string()))?;
+        let certified = Certified::new(node)?;
+        use cairn_chunkproto::tls::{CA_FILE, CERT_FILE, KEY_FILE};
+        let st = |e: std::io::Error| ClusterError::State(format!("{}: {e}", self.dir.display()));
+        std::fs::create_dir_all(&self.dir).map_err(st)?;
+        // The certificate goes last: readers take its presence to mean "complete".
+        write_private(&self.dir.join(CA_FILE), ca_pem, 0o644).map_err(st)?;
+        write_private(&self.dir.join(KEY_FILE), key_pem, 0o600).map_err(st)?;
+        write_private(&self.dir.join(CERT_FILE), cert_pem, 0o644).map_err(st)?;
+        self.state.send_replace(Some(Arc::new(certified)));
+        Ok(())
     }
 
-    pub fn client(&self) -> reqwest::Client {
-        self.client
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+    /// The node's TLS identity, once it has one.
+    pub fn certified(&self) -> Option<Arc<Certified>> {
+        self.state.borrow().clone()
+    }
+
+    /// Changes of the identity (installed at init or join).
+    pub fn watch(&self) -> watch::Receiver<Option<Arc<Certified>>> {
+        self.state.subscribe()
+    }
+
+    pub fn client(&self) -> Result<reqwest::Client, ClusterError> {
+        self.certified()
+            .map(|c| c.http.clone())
+            .ok_or(ClusterError::NotCertified)
     }
 
     pub fn url(&self, addr: &str, path: &str) -> String {
-        let scheme = self.client.read().unwrap_or_else(|e| e.into_inner()).1;
-        format!("{scheme}://{addr}{path}")
+        format!("https://{addr}{path}")
     }
+}
+
+/// Writes a file atomically with `mode`.
+fn write_private(path: &std::path::Path, body: &str, mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(body.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Settings of the cluster layer.
@@ -121,27 +202,17 @@ pub struct ClusterConfig {
 pub struct JoinRequest {
     pub token: String,
     pub node: NodeAdvert,
+    /// The joiner's public key ([`pki::NodeKey::public_hex`]); its private key
+    /// stays on the joiner.
+    pub public_key: String,
 }
 
-/// What a joiner receives: the CA and its own certificate and key.
+/// What a joiner receives: the CA and its own certificate.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct JoinReply {
     pub cluster_id: String,
     pub ca_pem: String,
     pub cert_pem: String,
-    pub key_pem: String,
-}
-
-/// Issues node certificates; the layer above plugs in the cluster CA.
-pub trait Issuer: Send + Sync + std::fmt::Debug {
-    /// A fresh CA: (certificate PEM, key PEM).
-    fn new_ca(&self, cluster_id: &str) -> Result<(String, String), String>;
-    /// A node certificate signed by the CA: (certificate PEM, key PEM).
-    fn issue(&self, secrets: &Secrets, node: &NodeAdvert) -> Result<(String, String), String>;
-    /// The join token for the CA and secret.
-    fn token(&self, secrets: &Secrets) -> Result<String, String>;
-    /// Checks a presented token against the secrets.
-    fn check_token(&self, secrets: &Secrets, token: &str) -> Result<(), String>;
 }
 
 /// Raft's view, for status.
@@ -161,12 +232,9 @@ pub struct Cluster {
     raft: Raft,
     shared: Arc<Shared>,
     transport: Arc<Transport>,
-    issuer: Arc<dyn Issuer>,
     cfg: ClusterConfig,
     /// The leader's failure detector: when each node last reported.
     seen: Mutex<HashMap<NodeId, Instant>>,
-    /// Nodes whose drives' health a gateway learned from their reports.
-    tls_installed: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -189,7 +257,6 @@ impl Cluster {
         cfg: ClusterConfig,
         meta: MetaStore,
         transport: Arc<Transport>,
-        issuer: Arc<dyn Issuer>,
     ) -> Result<Arc<Cluster>, ClusterError> {
         std::fs::create_dir_all(&cfg.state_dir).map_err(|e| ClusterError::State(e.to_string()))?;
         let id = node_id(&cfg.state_dir)?;
@@ -218,15 +285,18 @@ impl Cluster {
             raft,
             shared,
             transport,
-            issuer,
             cfg,
             seen: Mutex::new(HashMap::new()),
-            tls_installed: watch::channel(false).0,
         }))
     }
 
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// How this node reaches its peers (and its TLS identity).
+    pub fn transport(&self) -> &Arc<Transport> {
+        &self.transport
     }
 
     /// Stops this node's Raft (it stops voting, replicating and answering).
@@ -282,15 +352,7 @@ impl Cluster {
             .current_leader(self.id, "init")
             .await
             .map_err(raft_err)?;
-        let (ca_cert_pem, ca_key_pem) = self
-            .issuer
-            .new_ca(cluster_id)
-            .map_err(ClusterError::JoinRefused)?;
-        let secrets = Secrets {
-            ca_cert_pem,
-            ca_key_pem,
-            join_secret: hex32(),
-        };
+        let secrets = pki::new_ca(cluster_id)?;
         self.propose(Command::Secrets(secrets.clone())).await?;
         self.propose_map(MapChange::Create {
             cluster_id: cluster_id.to_string(),
@@ -302,15 +364,18 @@ impl Cluster {
             at_ms: now_ms(),
         })
         .await?;
-        self.issuer
-            .token(&secrets)
-            .map_err(ClusterError::JoinRefused)
+        // The first member certifies itself with the CA it just made.
+        let key = pki::NodeKey::generate()?;
+        let cert = pki::issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
+        self.transport
+            .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
+        pki::token(&secrets)
     }
 
     /// A join token for this cluster (members only).
     pub fn token(&self) -> Result<String, ClusterError> {
         let s = self.secrets().ok_or(ClusterError::NotMember)?;
-        self.issuer.token(&s).map_err(ClusterError::JoinRefused)
+        pki::token(&s)
     }
 
     /// The replicated secrets (members only).
@@ -322,34 +387,51 @@ impl Cluster {
             .clone()
     }
 
-    /// Asks the member at `seed` (its internal address) to admit this node. The
-    /// caller installs the returned certificate and then calls
-    /// [`Cluster::wait_member`].
-    pub async fn request_join(
-        &self,
-        client: &reqwest::Client,
-        seed_url: &str,
-        token: &str,
-    ) -> Result<JoinReply, ClusterError> {
-        let req = JoinRequest {
-            token: token.to_string(),
-            node: self.advert(),
+    /// Asks the member at `seed` (its internal address, `host:port`) to admit this
+    /// node, over TLS that checks the seed against the CA fingerprint in `token`;
+    /// then installs the certificate the cluster signed for this node's own key.
+    /// The caller then waits with [`Cluster::wait_member`].
+    pub async fn request_join(&self, seed: &str, token: &str) -> Result<String, ClusterError> {
+        let (ca_fp, _) = pki::parse_token(token)?;
+        let key = pki::NodeKey::generate()?;
+        let tls = cairn_chunkproto::tls::pinned_ca_client_config(ca_fp)
+            .map_err(|e| ClusterError::Pki(e.to_string()))?;
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls((*tls).clone())
+            .build()
+            .map_err(|e| ClusterError::Pki(format!("HTTPS client: {e}")))?;
+        let seed = seed.trim_start_matches("https://").trim_end_matches('/');
+        let peer = |msg: String| ClusterError::Peer {
+            peer: seed.to_string(),
+            msg,
         };
-        let resp = client
-            .post(format!("{seed_url}/cluster/join"))
+        let req = JoinRequest {
+            token: token.trim().to_string(),
+            node: self.advert(),
+            public_key: key.public_hex(),
+        };
+        let r: Result<JoinReply, String> = client
+            .post(self.transport.url(seed, "/cluster/join"))
             .timeout(Duration::from_secs(60))
             .json(&req)
             .send()
             .await
-            .map_err(|e| ClusterError::Peer {
-                peer: seed_url.to_string(),
-                msg: e.to_string(),
-            })?;
-        let r: Result<JoinReply, String> = resp.json().await.map_err(|e| ClusterError::Peer {
-            peer: seed_url.to_string(),
-            msg: e.to_string(),
-        })?;
-        r.map_err(ClusterError::JoinRefused)
+            .map_err(|e| peer(error_chain(&e)))?
+            .json()
+            .await
+            .map_err(|e| peer(e.to_string()))?;
+        let reply = r.map_err(ClusterError::JoinRefused)?;
+        let got = rustls::pki_types::pem::PemObject::from_pem_slice(reply.ca_pem.as_bytes())
+            .map(|der: rustls::pki_types::CertificateDer| cairn_chunkproto::tls::cert_sha256(&der))
+            .map_err(|e| ClusterError::Pki(format!("the CA in the join reply: {e}")))?;
+        if got != ca_fp {
+            return Err(ClusterError::JoinRefused(
+                "the cluster answered with a CA other than the token's".into(),
+            ));
+        }
+        self.transport
+            .install(&reply.ca_pem, &reply.cert_pem, &key.private_pem())?;
+        Ok(reply.cluster_id)
     }
 
     /// Waits until this node has applied a map that lists it.
@@ -363,22 +445,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// Marks that this node now speaks mTLS (it has its certificate).
-    pub fn tls_ready(&self) {
-        self.tls_installed.send_replace(true);
-    }
-
     /// On the leader: admits a joiner (checks the token, issues its certificate,
     /// adds it to the map and to Raft as a learner).
     async fn admit(&self, req: JoinRequest) -> Result<JoinReply, ClusterError> {
         let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
-        self.issuer
-            .check_token(&secrets, &req.token)
-            .map_err(ClusterError::JoinRefused)?;
-        let (cert_pem, key_pem) = self
-            .issuer
-            .issue(&secrets, &req.node)
-            .map_err(ClusterError::JoinRefused)?;
+        pki::check_token(&secrets, &req.token)?;
+        let cluster_id = self.map().cluster_id.clone();
+        let cert_pem = pki::issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
         self.propose_map(MapChange::AddNode {
             node: req.node.clone(),
             at_ms: now_ms(),
@@ -410,10 +483,9 @@ impl Cluster {
                 .map_err(raft_err)?;
         }
         Ok(JoinReply {
-            cluster_id: self.map().cluster_id.clone(),
+            cluster_id,
             ca_pem: secrets.ca_cert_pem.clone(),
             cert_pem,
-            key_pem,
         })
     }
 
@@ -462,7 +534,7 @@ impl Cluster {
         };
         let r: Result<Outcome, String> = self
             .transport
-            .client()
+            .client()?
             .post(self.transport.url(addr, "/cluster/propose"))
             .timeout(Duration::from_secs(10))
             .json(cmd)
@@ -531,7 +603,7 @@ impl Cluster {
         };
         let r: Result<u64, String> = self
             .transport
-            .client()
+            .client()?
             .post(self.transport.url(addr, "/cluster/read_index"))
             .timeout(Duration::from_secs(5))
             .send()
@@ -658,7 +730,7 @@ impl Cluster {
             return Ok(());
         };
         self.transport
-            .client()
+            .client()?
             .post(self.transport.url(&node.internal, "/cluster/heartbeat"))
             .timeout(Duration::from_secs(2))
             .json(&self.id)
@@ -889,9 +961,11 @@ async fn join(State(c): Api, Json(req): Json<JoinRequest>) -> Json<Result<JoinRe
         let Some(addr) = addr else {
             return Json(Err("no leader".into()));
         };
-        let r = c
-            .transport
-            .client()
+        let client = match c.transport.client() {
+            Ok(client) => client,
+            Err(e) => return Json(Err(e.to_string())),
+        };
+        let r = client
             .post(c.transport.url(&addr, "/cluster/join"))
             .timeout(Duration::from_secs(60))
             .json(&req)
@@ -927,7 +1001,14 @@ fn node_id(dir: &std::path::Path) -> Result<NodeId, ClusterError> {
     }
 }
 
-fn hex32() -> String {
-    let b: [u8; 32] = rand::random();
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// A reqwest error with its causes (the TLS reason is usually two levels down).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }

@@ -58,9 +58,11 @@ impl Conn {
         req: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let resp = self
+        let client = self
             .transport
             .client()
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let resp = client
             .post(
                 self.transport
                     .url(&self.addr, &format!("{path}?to={}", self.target)),
@@ -117,9 +119,11 @@ impl RaftNetwork<TypeConfig> for Conn {
         body.extend_from_slice(&(header.len() as u32).to_be_bytes());
         body.extend_from_slice(&header);
         body.extend_from_slice(&snapshot.snapshot);
-        let resp = self
+        let client = self
             .transport
             .client()
+            .map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?;
+        let resp = client
             .post(
                 self.transport
                     .url(&self.addr, &format!("/raft/snapshot?to={}", self.target)),

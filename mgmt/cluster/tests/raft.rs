@@ -1,37 +1,16 @@
-//! Three in-process members over real HTTP on loopback: forming, forwarding,
-//! read barriers, and losing the leader.
+//! Three in-process members over real HTTPS with mutual TLS on loopback: forming
+//! with a join token, forwarding, read barriers, losing the leader, and strangers
+//! refused.
 
-use cairn_cluster::{
-    Cluster, ClusterConfig, Command, Issuer, NodeAdvert, Protection, Secrets, Transport,
-};
+use cairn_cluster::{Cluster, ClusterConfig, Command, NodeAdvert, Protection, Transport};
 use cairn_meta::{BucketRecord, MetaLog, MetaStore, Mutation};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Plain tokens, no certificates: this test is about consensus, not TLS (the real
-/// issuer lives in cairn-pki and is tested there and end to end).
-#[derive(Debug)]
-struct PlainIssuer;
-
-impl Issuer for PlainIssuer {
-    fn new_ca(&self, _: &str) -> Result<(String, String), String> {
-        Ok(("ca".into(), "key".into()))
-    }
-    fn issue(&self, _: &Secrets, n: &NodeAdvert) -> Result<(String, String), String> {
-        Ok((format!("cert-{:x}", n.id), "k".into()))
-    }
-    fn token(&self, s: &Secrets) -> Result<String, String> {
-        Ok(s.join_secret.clone())
-    }
-    fn check_token(&self, s: &Secrets, t: &str) -> Result<(), String> {
-        (s.join_secret == t).then_some(()).ok_or("bad token".into())
-    }
-}
-
 struct Member {
     cluster: Arc<Cluster>,
     meta: MetaStore,
-    url: String,
+    addr: String,
     server: tokio::task::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
@@ -52,26 +31,20 @@ async fn member() -> Member {
             drives: vec![(0, 1 << 30)],
         },
         heartbeat: Duration::from_millis(200),
-        down_after: Duration::from_secs(2),
+        // Generous: a loaded 2-core CI machine can stall heartbeats for seconds.
+        down_after: Duration::from_secs(6),
     };
-    let cluster = Cluster::open(
-        cfg,
-        meta.clone(),
-        Arc::new(Transport::plain()),
-        Arc::new(PlainIssuer),
-    )
-    .await
-    .unwrap();
+    let transport = Arc::new(Transport::open(dir.path().join("tls")).unwrap());
+    let cluster = Cluster::open(cfg, meta.clone(), transport).await.unwrap();
     cluster.start();
-    let (members, public) = cluster.router();
-    let app = members.merge(public);
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
+    let server = tokio::spawn({
+        let c = cluster.clone();
+        async move { c.serve_internal(listener, std::future::pending()).await }
     });
     Member {
         cluster,
         meta,
-        url: format!("http://{addr}"),
+        addr,
         server,
         _dir: dir,
     }
@@ -104,19 +77,16 @@ async fn three_members_agree_and_survive_the_leader() {
         .unwrap();
     let b = member().await;
     let c = member().await;
-    let client = reqwest::Client::new();
-    assert!(
-        b.cluster
-            .request_join(&client, &a.url, "wrong")
-            .await
-            .is_err(),
-        "a wrong token is refused"
-    );
+    // A wrong secret is refused by the cluster; a token naming another CA is
+    // refused by the joiner before it sends anything (the seed fails the pin).
+    let wrong_secret = format!("{}0", &token[..token.len() - 1]);
+    let e = b.cluster.request_join(&a.addr, &wrong_secret).await;
+    assert!(format!("{e:?}").contains("wrong join token"), "{e:?}");
+    let other_ca = format!("cairn1.{}.{}", "00".repeat(32), &token[72..]);
+    let e = b.cluster.request_join(&a.addr, &other_ca).await;
+    assert!(format!("{e:?}").contains("not from the cluster"), "{e:?}");
     for m in [&b, &c] {
-        m.cluster
-            .request_join(&client, &a.url, &token)
-            .await
-            .unwrap();
+        m.cluster.request_join(&a.addr, &token).await.unwrap();
         m.cluster
             .wait_member(Duration::from_secs(20))
             .await
@@ -144,7 +114,7 @@ async fn three_members_agree_and_survive_the_leader() {
     );
 
     // The voter manager promotes both learners.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while a.cluster.raft_status().voters.len() < 3 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -175,4 +145,90 @@ async fn three_members_agree_and_survive_the_leader() {
     }
     rest[1].cluster.read_barrier().await.unwrap();
     assert!(rest[1].meta.bucket("two").unwrap().is_some());
+}
+
+/// What a stranger gets from a member's internal API: no certificate, only the
+/// join route (and a refusal there without a token); a certificate from another
+/// cluster's CA, a failed handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strangers_are_refused() {
+    let a = member().await;
+    let token = a
+        .cluster
+        .init(
+            "one",
+            Protection {
+                k: 1,
+                m: 1,
+                replicas: 2,
+            },
+        )
+        .await
+        .unwrap();
+    // A client that trusts the cluster CA (as a joiner does) but has no
+    // certificate reaches /cluster/join only.
+    let (fp, _) = cairn_cluster::pki::parse_token(&token).unwrap();
+    let tls = cairn_chunkproto::tls::pinned_ca_client_config(fp).unwrap();
+    let anon = reqwest::Client::builder()
+        .use_preconfigured_tls((*tls).clone())
+        .build()
+        .unwrap();
+    let r = anon
+        .post(format!("https://{}/cluster/propose", a.addr))
+        .json(&bucket("x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "member route without a certificate");
+    assert!(a.meta.bucket("x").unwrap().is_none());
+    let r = anon
+        .post(format!("https://{}/cluster/heartbeat", a.addr))
+        .json(&1u64)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+
+    // A member of another cluster, dialling with a client that trusts this
+    // cluster's CA but presents its own certificate: the server refuses it.
+    let other = member().await;
+    other
+        .cluster
+        .init(
+            "two",
+            Protection {
+                k: 1,
+                m: 1,
+                replicas: 2,
+            },
+        )
+        .await
+        .unwrap();
+    let pem =
+        |m: &Member, f: &str| std::fs::read_to_string(m._dir.path().join("tls").join(f)).unwrap();
+    let foreign = cairn_chunkproto::tls::NodeTls::from_pem(
+        &pem(&a, "ca.pem"),
+        &pem(&other, "node.pem"),
+        &pem(&other, "node.key"),
+    )
+    .unwrap();
+    let e = reqwest::Client::builder()
+        .use_preconfigured_tls((*foreign.client_config().unwrap()).clone())
+        .build()
+        .unwrap()
+        .post(format!("https://{}/cluster/propose", a.addr))
+        .json(&bucket("y"))
+        .send()
+        .await;
+    assert!(e.is_err(), "a foreign certificate must fail the handshake");
+    assert!(a.meta.bucket("y").unwrap().is_none());
+
+    // Plain HTTP gets nothing at all.
+    let plain = reqwest::Client::new()
+        .post(format!("http://{}/cluster/propose", a.addr))
+        .json(&bucket("z"))
+        .send()
+        .await;
+    assert!(plain.is_err() || !plain.unwrap().status().is_success());
+    assert!(a.meta.bucket("z").unwrap().is_none());
 }

@@ -280,32 +280,17 @@ async fn cluster_join(
             ),
         ));
     }
-    let client = reqwest::Client::new();
-    let seed = if req.seed.contains("://") {
-        req.seed.clone()
-    } else {
-        format!("http://{}", req.seed)
-    };
-    let reply = node
+    let cluster_id = node
         .cluster
-        .request_join(&client, &seed, &req.token)
+        .request_join(&req.seed, &req.token)
         .await
         .map_err(|e| fail(StatusCode::BAD_GATEWAY, e))?;
-    if !reply.cert_pem.is_empty() {
-        crate::cluster::write_tls(
-            &app.data.join("tls"),
-            &reply.ca_pem,
-            &reply.cert_pem,
-            &reply.key_pem,
-        )
-        .map_err(|e| fail(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    }
     node.cluster
         .wait_member(std::time::Duration::from_secs(60))
         .await
         .map_err(|e| fail(StatusCode::GATEWAY_TIMEOUT, e))?;
     Ok(Json(TokenReply {
-        cluster_id: reply.cluster_id,
+        cluster_id,
         token: req.token,
     }))
 }

@@ -2,7 +2,7 @@
 //! the map, the object store over the Raft log, repair, and the admin routes that
 //! `nodectl cluster ...` calls.
 
-use crate::{io_err, MgmtError};
+use crate::MgmtError;
 use cairn_chunkproto::ChunkClient;
 use cairn_cluster::{Cluster, ClusterMap, MapChange, NodeId, NodeState, Protection, RaftStatus};
 use cairn_objects::{FragmentState, ObjectStore, ProtectionReport, Route};
@@ -125,11 +125,14 @@ fn fragment_state(map: &ClusterMap, drive: u16, grace: Duration) -> FragmentStat
 }
 
 /// Routes for every drive of the map; clients to peers are kept across map changes.
+/// Peers are reached over mutual TLS only: before this node has its certificate,
+/// only its own drives are routed.
 fn routes(
     map: &ClusterMap,
     me: NodeId,
     local: &ChunkClient,
     peers: &mut HashMap<String, ChunkClient>,
+    tls: Option<&cairn_cluster::Certified>,
 ) -> Vec<Route> {
     let domains: Vec<&str> = {
         let mut d: Vec<&str> = map.nodes.values().map(|n| n.domain.as_str()).collect();
@@ -143,11 +146,20 @@ fn routes(
     for n in map.nodes.values().filter(|n| n.state == NodeState::Up) {
         let client = if n.id == me {
             local.clone()
-        } else {
+        } else if let Some(tls) = tls {
             peers
                 .entry(n.chunk.clone())
-                .or_insert_with(|| ChunkClient::new(n.chunk.clone(), 2, Duration::from_secs(10)))
+                .or_insert_with(|| {
+                    ChunkClient::with_tls(
+                        n.chunk.clone(),
+                        2,
+                        Duration::from_secs(10),
+                        tls.client.clone(),
+                    )
+                })
                 .clone()
+        } else {
+            continue;
         };
         let domain = domains.iter().position(|d| *d == n.domain).unwrap_or(0) as u32;
         for d in &n.drives {
@@ -187,14 +199,25 @@ impl ClusterNode {
         store_cfg.drives = 0;
         let fabric = cairn_objects::Fabric::default();
         let mut peers = HashMap::new();
-        fabric.set_routes(routes(&map, me, &local, &mut peers));
+        let mut tls_rx = self.cluster.transport().watch();
+        let tls = tls_rx.borrow_and_update().clone();
+        fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
         let _ = self.store.set(store.clone());
         store.start_background();
         tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
+            loop {
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return },
+                    r = tls_rx.changed() => {
+                        if r.is_err() { return }
+                        // A new identity: connections made with the old one go.
+                        peers.clear();
+                    }
+                }
                 let map = rx.borrow_and_update().clone();
-                fabric.set_routes(routes(&map, me, &local, &mut peers));
+                let tls = tls_rx.borrow_and_update().clone();
+                fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
             }
         });
         let node = self.clone();
@@ -374,52 +397,5 @@ pub fn resolve_node(map: &ClusterMap, s: &str) -> Result<NodeId, MgmtError> {
         [one] => Ok(*one),
         [] => Err(MgmtError::Config(format!("no node {s}"))),
         _ => Err(MgmtError::Config(format!("{s} matches several nodes"))),
-    }
-}
-
-/// Writes the node's TLS material (0600 for the key).
-pub fn write_tls(dir: &std::path::Path, ca: &str, cert: &str, key: &str) -> Result<(), MgmtError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(dir).map_err(io_err(format!("create {}", dir.display())))?;
-    crate::write_atomic(&dir.join("ca.pem"), ca.as_bytes())?;
-    crate::write_atomic(&dir.join("node.pem"), cert.as_bytes())?;
-    let tmp = dir.join("node.key.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io_err(format!("write {}", tmp.display())))?;
-    std::io::Write::write_all(&mut f, key.as_bytes()).map_err(io_err("write node key"))?;
-    std::fs::rename(&tmp, dir.join("node.key")).map_err(io_err("rename node key"))
-}
-
-/// Join tokens from the replicated join secret, without certificates: node-to-node
-/// traffic is plain HTTP/TCP with this issuer.
-#[derive(Debug)]
-pub struct SecretIssuer;
-
-impl cairn_cluster::Issuer for SecretIssuer {
-    fn new_ca(&self, _cluster_id: &str) -> Result<(String, String), String> {
-        Ok((String::new(), String::new()))
-    }
-    fn issue(
-        &self,
-        _secrets: &cairn_cluster::Secrets,
-        _node: &cairn_cluster::NodeAdvert,
-    ) -> Result<(String, String), String> {
-        Ok((String::new(), String::new()))
-    }
-    fn token(&self, secrets: &cairn_cluster::Secrets) -> Result<String, String> {
-        Ok(format!("cairn1.{}", secrets.join_secret))
-    }
-    fn check_token(&self, secrets: &cairn_cluster::Secrets, token: &str) -> Result<(), String> {
-        let want = format!("cairn1.{}", secrets.join_secret);
-        let (a, b) = (want.as_bytes(), token.trim().as_bytes());
-        let same =
-            a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0;
-        same.then_some(())
-            .ok_or_else(|| "wrong join token".to_string())
     }
 }

@@ -171,7 +171,12 @@ async fn run_cluster(
         .await
         .map_err(io_err(format!("bind internal API on {}", opts.internal)))?;
     let internal_addr = internal.local_addr().map_err(io_err("internal address"))?;
-    let transport = Arc::new(cairn_cluster::Transport::plain());
+    // The node's certificate (once it has one) lives beside its state; datapathd
+    // is pointed at the same directory for its peer listener.
+    let transport = Arc::new(
+        cairn_cluster::Transport::open(cfg.data.join("tls"))
+            .map_err(|e| MgmtError::Config(format!("TLS material: {e}")))?,
+    );
     let ccfg = cairn_cluster::ClusterConfig {
         state_dir: cfg.data.join("cluster"),
         advert: cairn_cluster::NodeAdvert {
@@ -185,8 +190,7 @@ async fn run_cluster(
         heartbeat: Duration::from_millis(500),
         down_after: opts.down_after,
     };
-    let issuer: Arc<dyn cairn_cluster::Issuer> = Arc::new(cluster::SecretIssuer);
-    let c = cairn_cluster::Cluster::open(ccfg, meta.clone(), transport, issuer)
+    let c = cairn_cluster::Cluster::open(ccfg, meta.clone(), transport)
         .await
         .map_err(|e| MgmtError::Config(format!("cluster state: {e}")))?;
     if opts.domain.is_none() {
@@ -199,22 +203,14 @@ async fn run_cluster(
         repair: Default::default(),
         opts: opts.clone(),
     });
-    let (members, public) = c.router();
-    let internal_app = members.merge(public);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let internal_task = tokio::spawn({
         let stop = stopped(stop_rx.clone());
-        async move {
-            if let Err(e) = axum::serve(internal, internal_app)
-                .with_graceful_shutdown(stop)
-                .await
-            {
-                tracing::error!("internal API stopped: {e}");
-            }
-        }
+        let c = c.clone();
+        async move { c.serve_internal(internal, stop).await }
     });
 
     let token = load_or_create_admin_token(&cfg.data)?;

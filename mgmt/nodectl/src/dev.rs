@@ -57,6 +57,10 @@ pub struct UpArgs {
     /// Seconds a down node's fragments wait before repair rebuilds them elsewhere.
     #[arg(long, default_value_t = 60)]
     repair_grace: u64,
+    /// Run each node of a local cluster in a network namespace of its own (root
+    /// only; node K at 10.77.X.K), so `nodectl dev partition` can cut links.
+    #[arg(long)]
+    netns: bool,
 }
 
 /// What `dev.json` records about a running node.
@@ -220,6 +224,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
             reactors: args.reactors,
             base_ip: args.base_ip,
             repair_grace: args.repair_grace,
+            netns: args.netns,
         })
         .await;
     }

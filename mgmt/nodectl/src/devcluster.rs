@@ -32,6 +32,9 @@ pub struct ClusterArgs {
     pub reactors: usize,
     pub base_ip: Ipv4Addr,
     pub repair_grace: u64,
+    /// Each node in a network namespace of its own (root only), so links between
+    /// nodes can be cut (`nodectl dev partition`).
+    pub netns: bool,
 }
 
 /// One node in `dev.json` and `dev status --json`.
@@ -58,6 +61,92 @@ pub struct DevCluster {
     pub cluster_id: String,
     pub access_key: String,
     pub nodes: Vec<DevNode>,
+    /// Set when each node runs in a network namespace of its own.
+    #[serde(default)]
+    pub netns: Option<Netns>,
+}
+
+/// The virtual network of a local cluster in namespaces: a bridge in the host's
+/// namespace, and one namespace per node joined to it by a veth pair.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Netns {
+    /// Short tag naming the bridge, veths and namespaces of this data directory.
+    pub tag: String,
+    /// Namespace of node K: `namespaces[K-1]`.
+    pub namespaces: Vec<String>,
+    pub bridge: String,
+}
+
+impl Netns {
+    fn for_data(data: &Path, nodes: u16) -> Netns {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for b in data.as_os_str().as_encoded_bytes() {
+            h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        let tag = format!("{:04x}", h & 0xffff);
+        Netns {
+            namespaces: (1..=nodes).map(|n| format!("cairn-{tag}-n{n}")).collect(),
+            bridge: format!("cbr{tag}"),
+            tag,
+        }
+    }
+
+    /// 10.77.X.0/24: X from the tag, so two clusters rarely share a subnet.
+    fn subnet(&self) -> u8 {
+        (u16::from_str_radix(&self.tag, 16).unwrap_or(0) % 250) as u8
+    }
+
+    fn ip(&self, n: u16) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, self.subnet(), n as u8)
+    }
+
+    fn create(&self) -> Result<(), NodectlError> {
+        self.destroy();
+        let br = &self.bridge;
+        let host = format!("10.77.{}.254/24", self.subnet());
+        ip(&["link", "add", br, "type", "bridge"])?;
+        ip(&["addr", "add", &host, "dev", br])?;
+        ip(&["link", "set", br, "up"])?;
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            let n = i as u16 + 1;
+            let (outer, inner) = (format!("cv{}n{n}", self.tag), format!("cw{}n{n}", self.tag));
+            let addr = format!("{}/24", self.ip(n));
+            ip(&["netns", "add", ns])?;
+            ip(&[
+                "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+            ])?;
+            ip(&["link", "set", &outer, "master", br, "up"])?;
+            ip(&["link", "set", &inner, "netns", ns])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", ns, "link", "set", &inner, "name", "eth0"])?;
+            ip(&["-n", ns, "addr", "add", &addr, "dev", "eth0"])?;
+            ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        }
+        Ok(())
+    }
+
+    fn destroy(&self) {
+        for ns in &self.namespaces {
+            let _ = ip(&["netns", "del", ns]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), NodectlError> {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(io_err("run ip (iproute2)"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(NodectlError::Daemon(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
 }
 
 struct Node {
@@ -166,18 +255,56 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
         })?;
     reap_stale(&run_dir, &data);
     let (root, _) = RootCredentials::resolve(&data.join("state"), true)?;
+    let netns = if args.netns {
+        let n = Netns::for_data(&data, args.nodes);
+        n.create()?;
+        Some(n)
+    } else {
+        None
+    };
 
     let mut nodes = Vec::new();
     for n in 1..=args.nodes {
-        let ip = node_ip(args.base_ip, n)?;
+        let ip = match &netns {
+            Some(ns) => ns.ip(n),
+            None => node_ip(args.base_ip, n)?,
+        };
+        // In a namespace, a daemon runs as `ip netns exec NS PROGRAM ARGS` (which
+        // execs PROGRAM in place: the pid is the daemon's).
+        let wrap = |program: PathBuf, args: Vec<String>| -> (PathBuf, Vec<String>) {
+            match &netns {
+                Some(ns) => {
+                    let mut a = vec![
+                        "netns".to_string(),
+                        "exec".to_string(),
+                        ns.namespaces[n as usize - 1].clone(),
+                        program.display().to_string(),
+                    ];
+                    a.extend(args);
+                    (PathBuf::from("ip"), a)
+                }
+                None => (program, args),
+            }
+        };
         let dir = data.join("nodes").join(format!("n{n}"));
         for d in ["drives", "state", "logs", "run"] {
             std::fs::create_dir_all(dir.join(d))
                 .map_err(io_err(format!("create {}", dir.display())))?;
         }
+        // The node's mgmtd reaches its datapathd in plain TCP on a local address;
+        // other nodes reach it on the peer port, over mutual TLS with the
+        // certificate mgmtd installs in state/tls when the node joins.
+        let local = match &netns {
+            Some(_) => Ipv4Addr::LOCALHOST,
+            None => ip,
+        };
         let mut dp_args = vec![
             "--listen".to_string(),
+            format!("{local}:7409"),
+            "--peer-listen".to_string(),
             format!("{ip}:7410"),
+            "--tls-dir".to_string(),
+            dir.join("state/tls").display().to_string(),
             "--ready-file".to_string(),
             dir.join("run/datapathd.ready").display().to_string(),
             "--reactors".to_string(),
@@ -201,6 +328,8 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             "--internal".to_string(),
             format!("{ip}:9002"),
             "--datapath".to_string(),
+            format!("{local}:7409"),
+            "--chunk-advertise".to_string(),
             format!("{ip}:7410"),
             "--drives".to_string(),
             args.drives.to_string(),
@@ -209,13 +338,15 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             "--ready-file".to_string(),
             dir.join("run/mgmtd.ready").display().to_string(),
         ];
+        let (dp_prog, dp_args) = wrap(locate("datapathd")?, dp_args);
+        let (mg_prog, mg_args) = wrap(locate("mgmtd")?, mg_args);
         nodes.push(Node {
             n,
             ip,
             id: String::new(),
             datapathd: Daemon {
                 name: "datapathd",
-                program: locate("datapathd")?,
+                program: dp_prog,
                 args: dp_args,
                 env: vec![],
                 log: dir.join("logs/datapathd.log"),
@@ -225,7 +356,7 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             },
             mgmtd: Daemon {
                 name: "mgmtd",
-                program: locate("mgmtd")?,
+                program: mg_prog,
                 args: mg_args,
                 env: vec![
                     (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
@@ -246,10 +377,16 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
         }
         if let Err(e) = node.start().await {
             stop_all(&mut nodes).await;
+            if let Some(ns) = &netns {
+                ns.destroy();
+            }
             return Err(e);
         }
     }
     let cluster_id = form(&nodes, &args).await?;
+    let write_state = |run: &Path, id: &str, root: &RootCredentials, nodes: &[Node]| {
+        write_state(run, id, root, nodes, netns.clone())
+    };
     write_state(&run_dir, &cluster_id, &root, &nodes)?;
     banner(&data, &root, &cluster_id, &nodes, started.elapsed());
 
@@ -305,6 +442,9 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
     eprintln!("nodectl: stopping the cluster");
     stop_all(&mut nodes).await;
     write_state(&run_dir, &cluster_id, &root, &nodes)?;
+    if let Some(ns) = &netns {
+        ns.destroy();
+    }
     Ok(())
 }
 
@@ -400,12 +540,14 @@ fn write_state(
     cluster_id: &str,
     root: &RootCredentials,
     nodes: &[Node],
+    netns: Option<Netns>,
 ) -> Result<(), NodectlError> {
     let s = DevCluster {
         supervisor_pid: std::process::id(),
         cluster_id: cluster_id.to_string(),
         access_key: root.access_key.clone(),
         nodes: nodes.iter().map(Node::view).collect(),
+        netns,
     };
     let body = serde_json::to_vec_pretty(&s).unwrap_or_default();
     cairn_mgmtd::write_atomic(&run.join("dev.json"), &body)?;
@@ -550,4 +692,56 @@ pub fn admin_of(data: &Path, node: u16) -> Result<AdminApi, NodectlError> {
         addr: n.admin.clone(),
         token: cairn_mgmtd::read_admin_token(&Path::new(&n.dir).join("state"))?,
     })
+}
+
+/// `nodectl dev partition A,B,...`: cuts every link between the listed nodes and
+/// the others (blackhole routes in both directions inside the namespaces; the host
+/// still reaches every node, so clients can try both sides).
+pub fn partition(data: &Path, side: &[u16]) -> Result<(), NodectlError> {
+    let s = read_state(data)?;
+    let ns = s.netns.as_ref().ok_or_else(|| {
+        NodectlError::Usage("partitions need a cluster started with --netns".into())
+    })?;
+    for n in &s.nodes {
+        if !side.contains(&n.node) {
+            continue;
+        }
+        for m in s.nodes.iter().filter(|m| !side.contains(&m.node)) {
+            let (a, b) = (
+                &ns.namespaces[n.node as usize - 1],
+                &ns.namespaces[m.node as usize - 1],
+            );
+            ip(&[
+                "-n",
+                a,
+                "route",
+                "add",
+                "blackhole",
+                &format!("{}/32", ns.ip(m.node)),
+            ])?;
+            ip(&[
+                "-n",
+                b,
+                "route",
+                "add",
+                "blackhole",
+                &format!("{}/32", ns.ip(n.node)),
+            ])?;
+        }
+    }
+    println!("partitioned: nodes {side:?} cut off from the others");
+    Ok(())
+}
+
+/// `nodectl dev heal`: removes every cut.
+pub fn heal(data: &Path) -> Result<(), NodectlError> {
+    let s = read_state(data)?;
+    let ns = s.netns.as_ref().ok_or_else(|| {
+        NodectlError::Usage("partitions need a cluster started with --netns".into())
+    })?;
+    for n in &ns.namespaces {
+        ip(&["-n", n, "route", "flush", "type", "blackhole"])?;
+    }
+    println!("healed: every link restored");
+    Ok(())
 }

@@ -96,6 +96,19 @@ enum DevCmd {
         #[arg(long, default_value = "./cairn-data")]
         data: PathBuf,
     },
+    /// Cut the listed nodes (e.g. `1,2`) off from the others (clusters started
+    /// with --netns).
+    Partition {
+        #[arg(value_delimiter = ',')]
+        nodes: Vec<u16>,
+        #[arg(long, default_value = "./cairn-data")]
+        data: PathBuf,
+    },
+    /// Undo every partition.
+    Heal {
+        #[arg(long, default_value = "./cairn-data")]
+        data: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -172,6 +185,12 @@ async fn main() -> std::process::ExitCode {
         Cmd::Dev {
             cmd: DevCmd::Start { node, data },
         } => devcluster::start(&data, node),
+        Cmd::Dev {
+            cmd: DevCmd::Partition { nodes, data },
+        } => devcluster::partition(&data, &nodes),
+        Cmd::Dev {
+            cmd: DevCmd::Heal { data },
+        } => devcluster::heal(&data),
         Cmd::Cluster { cmd } => match cmd {
             ClusterCmd::Init {
                 target,
