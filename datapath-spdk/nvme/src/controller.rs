@@ -78,7 +78,6 @@ pub struct NamespaceInfo {
 /// for bring-up, queue creation and error handling.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub dev: Arc<dyn DeviceAccess>,
     pub name: String,
     pub cap: Cap,
     pub id: IdentifyController,
@@ -93,6 +92,9 @@ pub(crate) struct Shared {
     reason: Mutex<Option<String>>,
     /// Buffers copied through a pool buffer because the caller's was not DMA-able.
     pub bounces: AtomicU64,
+    /// Last field: dropped after the admin queue and the pool have unmapped their
+    /// DMA memory (closing a VFIO device tears its IOMMU mappings down).
+    pub dev: Arc<dyn DeviceAccess>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -21,6 +21,7 @@
 #![deny(unsafe_code)]
 
 mod admin;
+pub mod bench;
 mod controller;
 mod device;
 pub mod emu;
