@@ -299,7 +299,8 @@ impl NvmeController {
 
         let entries = config
             .admin_queue_entries
-            .clamp(2, cap.mqes().min(4096) as u16);
+            .min(cap.mqes().min(4096) as u16)
+            .max(2);
         let mut aq = AdminQueue::new(dev.as_ref(), entries, stride)?;
         let n = (aq.entries() - 1) as u32;
         dev.write32(reg::AQA, n << 16 | n);

@@ -109,6 +109,10 @@ pub struct NvmeQueuePair {
     zeroes: Option<DmaBuf>,
     polls: u32,
     next_check: Instant,
+    /// A coarse clock for command deadlines, read when a burst starts on an idle
+    /// queue and on every slow-path run (at most ~1 ms apart while commands are
+    /// in flight and the queue is polled), so a submission costs no clock read.
+    clock: Instant,
     deleted: bool,
 }
 
@@ -131,7 +135,8 @@ impl NvmeQueuePair {
         let entries = ctrl
             .config
             .io_queue_entries
-            .clamp(2, ctrl.cap.mqes().min(4096) as u16);
+            .min(ctrl.cap.mqes().min(4096) as u16)
+            .max(2);
         let cids = entries as usize - 1;
         let prp_pages = prp_list_pages(ctrl.max_transfer / PAGE).max(1);
         let sq_bytes = (entries as usize * SQE_SIZE).next_multiple_of(PAGE);
@@ -197,6 +202,7 @@ impl NvmeQueuePair {
             zeroes: None,
             polls: 0,
             next_check: now + CHECK_EVERY,
+            clock: now,
             deleted: false,
             ctrl,
         })
@@ -355,7 +361,9 @@ impl NvmeQueuePair {
         if self.ctrl.is_failed() {
             return;
         }
-        let mut now = None;
+        if self.slots.len() == self.free_cids.len() {
+            self.clock = Instant::now(); // nothing in flight: the clock may be stale
+        }
         while let Some(p) = self.backlog.front().copied() {
             if self.free_cids.is_empty() || self.sq.free_slots() == 0 {
                 break;
@@ -416,11 +424,10 @@ impl NvmeQueuePair {
                 self.backlog.push_front(p);
                 break;
             }
-            let t = *now.get_or_insert_with(Instant::now);
             self.slots[cid as usize] = Slot {
                 state: SlotState::Issued,
                 req: p.req,
-                deadline: t + self.ctrl.config.io_timeout,
+                deadline: self.clock + self.ctrl.config.io_timeout,
             };
         }
     }
@@ -602,6 +609,7 @@ impl NvmeQueuePair {
     /// Health, removal and timeouts; at most every [`CHECK_EVERY`].
     fn slow_path(&mut self, now: Instant) {
         self.next_check = now + CHECK_EVERY;
+        self.clock = now;
         if self.active == 0 && self.lost == 0 {
             return;
         }

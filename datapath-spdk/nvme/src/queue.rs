@@ -83,8 +83,11 @@ impl SubmissionQueue {
     pub fn ring(&mut self, dev: &dyn DeviceAccess) {
         if self.unrung {
             // The entries must be visible in memory before the doorbell reaches
-            // the device.
-            fence(Ordering::SeqCst);
+            // the device. On x86-64 (TSO) stores are not reordered with later
+            // stores, uncached MMIO included, so a compiler barrier is all it
+            // takes (as Linux's writel); a port to a weakly ordered CPU needs a
+            // device store barrier here.
+            fence(Ordering::Release);
             dev.write32(self.doorbell, self.tail as u32);
             self.unrung = false;
         }

@@ -746,3 +746,64 @@ fn chunk_store_marks_itself_failed_on_fatal_status() {
     let e = ns.check().unwrap_err();
     assert!(matches!(e, BlockError::Failed(_)), "{e}");
 }
+
+/// Registers that read garbage (a broken or hostile function); DMA memory from an
+/// emulator so allocation works.
+#[derive(Debug)]
+struct GarbageRegisters {
+    seed: std::sync::Mutex<u64>,
+    mem: Arc<EmulatedController>,
+    fixed: Option<u32>,
+}
+
+impl cairn_nvme::DeviceAccess for GarbageRegisters {
+    fn name(&self) -> &str {
+        "garbage"
+    }
+    fn bar0_len(&self) -> usize {
+        0x2000
+    }
+    fn read32(&self, _off: usize) -> u32 {
+        if let Some(v) = self.fixed {
+            return v;
+        }
+        let mut x = self.seed.lock().unwrap();
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x as u32
+    }
+    fn write32(&self, _off: usize, _val: u32) {}
+    fn dma_domain(&self) -> cairn_blockdev::DmaDomain {
+        self.mem.dma_domain()
+    }
+    fn alloc_dma(&self, len: usize) -> cairn_nvme::Result<cairn_nvme::hw::DmaRegion> {
+        self.mem.alloc_dma(len)
+    }
+}
+
+#[test]
+fn garbage_registers_give_errors_not_panics() {
+    use cairn_nvme::DeviceAccess;
+    let mem = Arc::new(EmulatedController::new(EmuConfig::default()));
+    let cfg = DriverConfig {
+        admin_timeout: Duration::from_millis(20),
+        ..DriverConfig::default()
+    };
+    let dev = |fixed, seed| -> Arc<dyn DeviceAccess> {
+        Arc::new(GarbageRegisters {
+            seed: std::sync::Mutex::new(seed),
+            mem: mem.clone(),
+            fixed,
+        })
+    };
+    let e = NvmeController::new(dev(Some(u32::MAX), 1), cfg.clone()).unwrap_err();
+    assert!(e.to_string().contains("not responding"), "{e}");
+    let e = NvmeController::new(dev(Some(0), 1), cfg.clone()).unwrap_err();
+    assert!(e.to_string().contains("unsupported"), "{e}");
+    let t = Instant::now();
+    for seed in 1..200u64 {
+        assert!(NvmeController::new(dev(None, seed * 7919), cfg.clone()).is_err());
+    }
+    assert!(t.elapsed() < Duration::from_secs(60));
+}
