@@ -9,7 +9,8 @@
 # behind PCIe root ports (so they can be unplugged), backed by files here. In
 # the guest: vfio modules, the drives bound to vfio-pci (found by class 0x010802),
 # then `nvme-selftest` (datapath-spdk/nvme/examples) writes patterns and a chunk
-# store through the driver and reads them back. The host then checks the pattern
+# store through the driver and reads them back, and `datapathd --backend nvme`
+# opens that chunk store over VFIO and stops cleanly. The host then checks the pattern
 # bytes are in the backing files, and that the kernel nvme driver never bound the
 # drives (the nvme module is not even loaded). Then a drive is removed with
 # QEMU's `device_del` while I/O runs on both: its I/O must fail cleanly (no hang,
@@ -68,11 +69,13 @@ VMLINUZ="$KROOT/boot/vmlinuz-$KVER"
 [[ -f "$VMLINUZ" ]] || missing "vmlinuz in $DEB"
 
 # --- the guest program ----------------------------------------------------------
-say "building nvme-selftest (release)"
-(cd "$REPO" && timeout 1800 cargo build --release -q -p cairn-nvme --example nvme-selftest) || fail "cargo build"
+say "building nvme-selftest and datapathd (release)"
+(cd "$REPO" && timeout 2400 cargo build --release -q -p cairn-nvme --example nvme-selftest \
+    && timeout 2400 cargo build --release -q -p cairn-datapath --bin datapathd) || fail "cargo build"
 TARGET=${CARGO_TARGET_DIR:-$REPO/target}
 SELFTEST="$TARGET/release/examples/nvme-selftest"
-[[ -x "$SELFTEST" ]] || fail "no $SELFTEST"
+DATAPATHD="$TARGET/release/datapathd"
+[[ -x "$SELFTEST" && -x "$DATAPATHD" ]] || fail "no $SELFTEST or $DATAPATHD"
 
 # --- the initramfs --------------------------------------------------------------
 WORK=$(mktemp -d /tmp/cairn-nvme-vfio.XXXXXX)
@@ -84,12 +87,13 @@ trap cleanup EXIT
 R="$WORK/initramfs"
 mkdir -p "$R"/{bin,sbin,proc,sys,dev,tmp,mods,lib64,lib/x86_64-linux-gnu}
 cp "$BUSYBOX" "$R/bin/busybox"
-for a in sh mount umount insmod cat ls echo readlink basename sleep poweroff mkdir grep sed wc tr head dd; do
+for a in sh mount umount insmod cat ls echo readlink basename sleep poweroff mkdir grep sed wc tr head dd ip kill; do
     ln -sf busybox "$R/bin/$a"
 done
 cp "$SELFTEST" "$R/bin/nvme-selftest"
-# Its shared libraries (glibc build), found with ldd.
-ldd "$SELFTEST" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i }' | sort -u | while read -r lib; do
+cp "$DATAPATHD" "$R/bin/datapathd"
+# Their shared libraries (glibc builds), found with ldd.
+ldd "$SELFTEST" "$DATAPATHD" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\// && $i !~ /:$/) print $i }' | sort -u | while read -r lib; do
     mkdir -p "$R$(dirname "$lib")"
     cp -L "$lib" "$R$lib"
 done
@@ -136,6 +140,16 @@ if [ "$mode" = test ]; then
     ls /dev/vfio
     /bin/nvme-selftest verify $nvmes
     set -- $nvmes
+    # datapathd --backend nvme over VFIO opens the chunk store the self-test left
+    # on the first drive (formatted with cluster id 0202..., drive index 0).
+    ip link set lo up
+    /bin/datapathd --backend nvme --drive $1 --listen 127.0.0.1:0 --ready-file /tmp/ready \
+        --cluster-id 02020202-0202-0202-0202-020202020202 > /tmp/dp.log 2>&1 &
+    dp=$!
+    i=0; while [ ! -s /tmp/ready ] && [ $i -lt 300 ] && kill -0 $dp 2>/dev/null; do sleep 0.1; i=$((i+1)); done
+    echo "DATAPATHD ready=$(cat /tmp/ready 2>/dev/null)"
+    kill -TERM $dp; wait $dp; echo "DATAPATHD exit=$?"
+    grep -E "drive open|NVMe controller enabled|ERROR" /tmp/dp.log | sed 's/^/DATAPATHD-LOG /'
     /bin/nvme-selftest hotplug $1 $2
     # Letting go of the device lets the kernel finish the unplug.
     i=0; while [ -e /sys/bus/pci/devices/$2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
@@ -224,8 +238,8 @@ while kill -0 "$QPID" 2>/dev/null; do
 done
 QPID=""
 LOG="$WORK/serial.log"
-tr -d '\r' < "$LOG" > "$WORK/serial.txt"; LOG="$WORK/serial.txt"
-grep -E "^(GUEST|NVME|DRIVER|BOUND|CONTROLLER|PATTERN|CHUNKS|VERIFIED|HOTPLUG|UNPLUG|HUGEPAGES|BENCH|RESULT|INSMOD)" "$LOG" || true
+tr -d '\r' < "$LOG" | sed 's/\x1b\[[0-9;]*m//g' > "$WORK/serial.txt"; LOG="$WORK/serial.txt"
+grep -E "^(GUEST|NVME|DRIVER|BOUND|CONTROLLER|PATTERN|CHUNKS|VERIFIED|DATAPATHD|HOTPLUG|UNPLUG|HUGEPAGES|BENCH|RESULT|INSMOD)" "$LOG" || true
 ! grep -q "INSMOD-FAIL" "$LOG" || fail "a module did not load"
 grep -qi "kernel panic\|BUG:\|panicked at" "$LOG" && fail "panic in the guest"
 
@@ -244,6 +258,9 @@ fi
 grep -q "RESULT PASS verify" "$LOG" || fail "verify did not pass in the guest"
 grep -q "RESULT PASS hotplug" "$LOG" || fail "hot unplug was not handled cleanly"
 grep -q "NVME-MODULE absent" "$LOG" || fail "the kernel nvme module was loaded"
+grep -q "^DATAPATHD exit=0" "$LOG" || fail "datapathd --backend nvme did not run and stop cleanly"
+grep -q "^DATAPATHD-LOG .*drive open.*device=nvme:0000:01:00.0/ns1.*chunks=24" "$LOG" \
+    || fail "datapathd did not open the chunk store through the nvme backend"
 grep -q "UNPLUG-COMPLETE" "$LOG" || fail "the guest kernel could not finish the unplug (device not released)"
 if grep -E "^DRIVER " "$LOG" | awk '$4 == "nvme"' | grep -q .; then fail "the kernel nvme driver bound a drive"; fi
 grep -E "^DRIVER after-bind " "$LOG" | awk '$4 != "vfio-pci" {bad=1} END {exit bad}' || fail "a drive was not on vfio-pci"

@@ -458,14 +458,22 @@ fn identify_namespaces(
             continue; // inactive
         }
         match ns.format() {
-            Some(f) if f.ms == 0 && (9..=12).contains(&f.lbads) => out.push(NamespaceInfo {
-                nsid,
-                lba_size: 1 << f.lbads,
-                blocks: ns.nsze,
-            }),
+            // The byte size must fit in a u64 (a garbage NSZE must not overflow).
+            Some(f)
+                if f.ms == 0
+                    && (9..=12).contains(&f.lbads)
+                    && ns.nsze.checked_mul(1 << f.lbads).is_some() =>
+            {
+                out.push(NamespaceInfo {
+                    nsid,
+                    lba_size: 1 << f.lbads,
+                    blocks: ns.nsze,
+                })
+            }
             f => tracing::warn!(
                 ctrl = %dev.name(),
                 nsid,
+                nsze = ns.nsze,
                 "namespace skipped: LBA format {f:?} unsupported (512 B to 4 KiB without metadata)"
             ),
         }
