@@ -52,6 +52,10 @@ DEB=$(ls "$CACHE"/linux-image-6.1.*-amd64_*.deb 2>/dev/null | grep -v -e cloud -
 if [[ -z "$DEB" ]]; then
     say "no kernel package in $CACHE: downloading it with apt-get"
     PKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6.1/ {print $2; exit}')
+    if [[ -z "$PKG" && $(id -u) == 0 ]]; then
+        timeout 300 apt-get update -qq >/dev/null 2>&1 || true
+        PKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6.1/ {print $2; exit}')
+    fi
     [[ -n "$PKG" ]] || missing "linux-image-6.1.*-amd64 (apt-get update; or put the .deb into $CACHE)"
     (cd "$CACHE" && timeout 300 apt-get download "$PKG" >/dev/null 2>&1) || missing "$PKG could not be downloaded (put the .deb into $CACHE)"
     DEB=$(ls "$CACHE"/linux-image-6.1.*-amd64_*.deb | sort -V | tail -n1)

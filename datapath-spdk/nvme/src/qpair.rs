@@ -219,15 +219,18 @@ impl NvmeQueuePair {
     }
 
     fn check_range(&self, offset: u64, len: u64) -> std::result::Result<(u64, u64), BlockError> {
-        let lba = self.ns.lba_size as u64;
-        if !offset.is_multiple_of(lba) || !len.is_multiple_of(lba) || len == 0 {
+        // LBA sizes are powers of two: masks and shifts, no divisions on the hot path.
+        let shift = self.ns.lba_size.trailing_zeros();
+        let mask = (1u64 << shift) - 1;
+        if (offset | len) & mask != 0 || len == 0 {
             return Err(BlockError::Invalid(format!(
-                "offset {offset} / length {len} not aligned to the {lba}-byte LBA"
+                "offset {offset} / length {len} not aligned to the {}-byte LBA",
+                self.ns.lba_size
             )));
         }
-        let size = self.ns.blocks * lba;
+        let size = self.ns.blocks << shift;
         match offset.checked_add(len) {
-            Some(end) if end <= size => Ok((offset / lba, len / lba)),
+            Some(end) if end <= size => Ok((offset >> shift, len >> shift)),
             _ => Err(BlockError::Invalid(format!(
                 "range {offset}+{len} beyond the namespace end {size}"
             ))),
@@ -331,9 +334,9 @@ impl NvmeQueuePair {
             return Err(BlockError::Invalid("buffer has no IOVA".into()));
         };
         let kind = if write { IoKind::Write } else { IoKind::Read };
-        let len = dma.len().min(blocks as usize * self.ns.lba_size as usize);
+        let shift = self.ns.lba_size.trailing_zeros();
+        let len = dma.len().min((blocks as usize) << shift);
         let req = self.new_request(tag, kind, Some(dma), user);
-        let lba = self.ns.lba_size as usize;
         let step = self.ctrl.max_transfer;
         let opcode = if write { nvm::WRITE } else { nvm::READ };
         self.enqueue(
@@ -343,8 +346,8 @@ impl NvmeQueuePair {
                 Piece {
                     req,
                     opcode,
-                    slba: slba + (off / lba) as u64,
-                    blocks: (n / lba) as u64,
+                    slba: slba + (off >> shift) as u64,
+                    blocks: (n >> shift) as u64,
                     fua,
                     data: Some((iova + off as u64, n)),
                 }
@@ -615,6 +618,11 @@ impl NvmeQueuePair {
         }
         if self.ctrl.check_status().is_err() {
             self.fail_all();
+            return;
+        }
+        // A completion posted since the last look is not a timeout (the thread may
+        // have been descheduled past a deadline while it sat in the queue).
+        if !self.reap() {
             return;
         }
         for cid in 0..self.slots.len() {
