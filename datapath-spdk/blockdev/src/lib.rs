@@ -5,21 +5,23 @@
 //! split-phase: submit with a caller-chosen tag and an owned, block-aligned
 //! [`DmaBuf`], then [`QueuePair::poll`] (non-blocking) or [`QueuePair::wait`]
 //! (blocking, for an idle reactor) to collect [`Completion`]s, which hand the buffer
-//! back. This is the shape the userspace NVMe driver will implement; today the
-//! backends are [`UringDevice`] (io_uring, O_DIRECT, on a file or block device) and
-//! [`RamDevice`] (memory, with fault injection for tests).
+//! back. Backends here are [`UringDevice`] (io_uring, O_DIRECT, on a file or block
+//! device) and [`RamDevice`] (memory, with fault injection for tests); the userspace
+//! NVMe driver (crate `cairn-nvme`) implements the same traits. Buffers should come
+//! from [`QueuePair::alloc_buf`]: a device with its own DMA memory (NVMe over VFIO)
+//! lends buffers it can reach without a copy; the others return heap buffers.
 //!
 //! This crate owns buffers and queues, nothing about what is stored in them. It must
 //! never complete an I/O it did not perform (a short or failed I/O is reported as
 //! such), and never free a buffer the kernel may still be writing into. The only
-//! `unsafe` code is the aligned allocation in [`DmaBuf`] and the io_uring
-//! submissions, each with its `// SAFETY:` argument.
+//! `unsafe` code is the aligned allocation in [`DmaBuf`] (and its constructor for
+//! pool memory) and the io_uring submissions, each with its `// SAFETY:` argument.
 
 mod dma;
 mod ram;
 mod uring;
 
-pub use dma::{DmaBuf, DMA_ALIGN};
+pub use dma::{DmaBuf, DmaDomain, DmaHome, DMA_ALIGN};
 pub use ram::{RamDevice, RamFault};
 pub use uring::UringDevice;
 
@@ -91,6 +93,11 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn check(&self) -> Result<()> {
         Ok(())
     }
+    /// A zeroed buffer of at least `len` bytes that this device can do I/O on
+    /// without a copy (a heap buffer unless the device has its own DMA memory).
+    fn alloc_buf(&self, len: usize) -> Result<DmaBuf> {
+        DmaBuf::zeroed(len)
+    }
 }
 
 /// What an I/O did.
@@ -100,6 +107,7 @@ pub enum IoKind {
     Write,
     Flush,
     Trim,
+    WriteZeroes,
 }
 
 /// A finished I/O.
@@ -132,6 +140,19 @@ pub trait QueuePair: Send + std::fmt::Debug {
     fn wait(&mut self, timeout: Duration) -> Result<()>;
     /// I/Os submitted and not yet returned by `poll`.
     fn in_flight(&self) -> usize;
+    /// Makes a byte range read back as zeroes. Devices without a cheaper way
+    /// refuse it (the caller then writes zeroed buffers).
+    fn submit_write_zeroes(&mut self, tag: u64, offset: u64, len: u64) -> Result<()> {
+        let _ = (tag, offset, len);
+        Err(BlockError::Invalid(
+            "write zeroes is not supported by this device".into(),
+        ))
+    }
+    /// A zeroed buffer of at least `len` bytes that this queue's device can do I/O
+    /// on without a copy (see [`BlockDevice::alloc_buf`]).
+    fn alloc_buf(&self, len: usize) -> Result<DmaBuf> {
+        DmaBuf::zeroed(len)
+    }
 }
 
 pub(crate) fn check_range(info_size: u64, block: u64, offset: u64, len: u64) -> Result<()> {

@@ -195,13 +195,13 @@ impl ChunkStore {
         for s in 0..count as u32 {
             ios.push(Io::Write {
                 off: sb.segment_offset(s),
-                buf: DmaBuf::zeroed(BLOCK)?,
+                buf: qp.alloc_buf(BLOCK)?,
             });
         }
         for r in run(qp.as_mut(), ios) {
             r?;
         }
-        let mut b = DmaBuf::zeroed(BLOCK)?;
+        let mut b = qp.alloc_buf(BLOCK)?;
         b.as_mut_slice()[..SB_LEN].copy_from_slice(&sb.encode());
         write_sync(qp.as_mut(), 0, b)?;
         drop(qp);
@@ -424,7 +424,7 @@ impl ChunkStore {
     /// Durably marks a segment free (zeroed header) and gives its space back.
     fn release(&mut self, s: u32) -> Result<()> {
         let off = self.sb.segment_offset(s);
-        self.write(off, DmaBuf::zeroed(BLOCK)?)?;
+        self.write(off, self.qp.alloc_buf(BLOCK)?)?;
         // Punching the rest is only an optimisation (and drops the stale footer).
         let _ = self.io(vec![Io::Trim {
             off: off + BLOCK as u64,
@@ -442,7 +442,7 @@ impl ChunkStore {
         let s = self.free.pop_first().ok_or(StoreError::NoSpace)?;
         let open_seq = self.next_seq;
         self.next_seq += 1;
-        let mut b = DmaBuf::zeroed(BLOCK)?;
+        let mut b = self.qp.alloc_buf(BLOCK)?;
         b.as_mut_slice()[..SEG_HEADER_LEN].copy_from_slice(
             &SegmentHeader {
                 index: s,
@@ -467,7 +467,7 @@ impl ChunkStore {
         let ss = self.sb.segment_size;
         let seg = &self.segs[s as usize];
         let slen = summary_len(seg.entries.len());
-        let mut buf = DmaBuf::zeroed((slen + BLOCK as u64) as usize)?;
+        let mut buf = self.qp.alloc_buf((slen + BLOCK as u64) as usize)?;
         let b = buf.as_mut_slice();
         for (i, e) in seg.entries.iter().enumerate() {
             e.encode_into(&mut b[i * SUMMARY_ENTRY..(i + 1) * SUMMARY_ENTRY]);
@@ -666,7 +666,7 @@ impl ChunkStore {
                 continue;
             }
             // Lay the records out in one buffer: this is the one copy of a payload.
-            let mut buf = match DmaBuf::zeroed(blen) {
+            let mut buf = match self.qp.alloc_buf(blen) {
                 Ok(b) => b,
                 Err(e) => {
                     for (k, _, _) in &plan[i..] {
@@ -955,7 +955,7 @@ impl ChunkStore {
                 blen += records[j].len();
                 j += 1;
             }
-            let mut buf = DmaBuf::zeroed(blen)?;
+            let mut buf = self.qp.alloc_buf(blen)?;
             let b = buf.as_mut_slice();
             let mut pos = BATCH_HEADER;
             let wo = self.segs[t as usize].write_off;
@@ -1103,9 +1103,9 @@ fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
     for (i, io) in ios.into_iter().enumerate() {
         let tag = i as u64;
         let r = match io {
-            Io::Read { off, len } => {
-                DmaBuf::zeroed(len as usize).and_then(|b| qp.submit_read(tag, off, b))
-            }
+            Io::Read { off, len } => qp
+                .alloc_buf(len as usize)
+                .and_then(|b| qp.submit_read(tag, off, b)),
             Io::Write { off, buf } => qp.submit_write(tag, off, buf, true),
             Io::Trim { off, len } => qp.submit_trim(tag, off, len),
         };

@@ -11,6 +11,11 @@ pub enum Backend {
     Uring,
     /// Memory (tests; nothing survives a restart).
     Ram,
+    /// Cairn's userspace NVMe driver over VFIO: each `--drive` is a PCI address
+    /// of a controller bound to vfio-pci, `BDF` or `nvme:BDF/nsN` (namespace 1
+    /// by default), e.g. `0000:00:04.0`; `emu:SIZE` is an in-process emulated
+    /// controller (tests; nothing survives a restart).
+    Nvme,
 }
 
 /// How reactors wait for work.
@@ -51,6 +56,18 @@ impl std::str::FromStr for DriveSpec {
             path: s.into(),
             size: None,
         })
+    }
+}
+
+impl DriveSpec {
+    /// The drive as `cairn_nvme::DriveSpec` reads it (a PCI address has colons
+    /// that the `PATH[:SIZE]` split leaves in the path; `emu:SIZE` comes back
+    /// with its size in bytes).
+    pub fn nvme_spec(&self) -> String {
+        match self.size {
+            Some(s) => format!("{}:{s}", self.path.display()),
+            None => self.path.display().to_string(),
+        }
     }
 }
 
@@ -101,10 +118,13 @@ pub struct Config {
     #[arg(long, default_value = "127.0.0.1:7410")]
     pub listen: String,
     /// A drive, `PATH[:SIZE]` (repeat; the index is the order given). A missing
-    /// file is created sparse with SIZE (e.g. 256M, 4G) and formatted.
+    /// file is created sparse with SIZE (e.g. 256M, 4G) and formatted. With
+    /// `--backend nvme`: `BDF`, `nvme:BDF/nsN` (a controller bound to vfio-pci,
+    /// e.g. `0000:00:04.0`) or `emu:SIZE`.
     #[arg(long = "drive", value_name = "PATH[:SIZE]")]
     pub drives: Vec<DriveSpec>,
-    /// Backend of every drive.
+    /// Backend of every drive: uring (default), nvme (userspace NVMe over VFIO),
+    /// ram.
     #[arg(long, value_enum, default_value_t = Backend::Uring)]
     pub backend: Backend,
     /// Number of reactor threads (drives are dealt to them round-robin).
@@ -192,5 +212,24 @@ mod tests {
         assert_eq!(c.segment_size, 32 << 20);
         let c = Config::parse_from_args(["datapathd", "--drive", "/x", "--no-format"]).unwrap();
         assert!(!c.format);
+        assert_eq!(c.backend, Backend::Uring, "uring is the default");
+        let c = Config::parse_from_args([
+            "datapathd",
+            "--backend",
+            "nvme",
+            "--drive",
+            "0000:00:04.0",
+            "--drive",
+            "nvme:0000:00:05.0/ns2",
+            "--drive",
+            "emu:64M",
+        ])
+        .unwrap();
+        assert_eq!(c.backend, Backend::Nvme);
+        let specs: Vec<String> = c.drives.iter().map(DriveSpec::nvme_spec).collect();
+        assert_eq!(
+            specs,
+            vec!["0000:00:04.0", "nvme:0000:00:05.0/ns2", "emu:67108864"]
+        );
     }
 }

@@ -52,6 +52,8 @@ pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
 /// Opens (formatting blank ones when allowed) every drive of the configuration.
 fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> {
     let mut out = Vec::new();
+    // Brings each NVMe controller up once, however many of its namespaces are drives.
+    let mut nvme = cairn_nvme::DriveOpener::new("/sys", cairn_nvme::DriverConfig::default());
     for (index, d) in cfg.drives.iter().enumerate() {
         let path = d.path.display().to_string();
         let derr = |source: Box<dyn std::error::Error + Send + Sync>| DatapathError::Drive {
@@ -64,6 +66,7 @@ fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> 
             Backend::Uring => {
                 Arc::new(UringDevice::open(&d.path, d.size).map_err(|e| derr(Box::new(e)))?)
             }
+            Backend::Nvme => Arc::new(nvme.open(&d.nvme_spec()).map_err(|e| derr(Box::new(e)))?),
         };
         let store = match ChunkStore::probe(dev.as_ref()).map_err(|e| derr(Box::new(e)))? {
             Probe::Blank => {

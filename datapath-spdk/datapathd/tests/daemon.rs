@@ -420,3 +420,62 @@ fn idle_daemon_uses_almost_no_cpu() {
     let used = cpu_ms(pid) - before;
     assert!(used < 50, "idle datapathd used {used} ms of CPU in 1 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvme_backend_on_emulated_controllers() {
+    // The userspace NVMe driver end to end in the daemon; `emu:SIZE` drives are
+    // in-process emulated controllers (the VFIO path is tested in a VM by
+    // hwtests/nvme-vfio).
+    let dir = tempfile::tempdir().unwrap();
+    let specs = vec!["emu:64M".to_string(), "emu:32M".to_string()];
+    let d = Daemon::start(
+        dir.path(),
+        &specs,
+        &["--backend", "nvme", "--reactors", "2"],
+    );
+    let c = d.client();
+    let (p1, p2) = (payload(11, 300_000), payload(12, 5));
+    let r = c
+        .call(vec![put(0, 1, 7, p1.clone()), put(1, 2, 7, p2.clone())])
+        .await
+        .unwrap();
+    assert!(r.iter().all(|r| matches!(r, Ok(Reply::Put))), "{r:?}");
+    let r = c
+        .call(vec![
+            get(0, 1, 7),
+            get(1, 2, 7),
+            get(1, 1, 7),
+            Request::DriveInfo { drive: 0 },
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&r[0], Ok(Reply::Get { payload }) if payload == &p1));
+    assert!(matches!(&r[1], Ok(Reply::Get { payload }) if payload == &p2));
+    assert_eq!(code(&r[2]), Some(FailureCode::NotFound));
+    match &r[3] {
+        Ok(Reply::DriveInfo(rep)) => {
+            assert_eq!(rep.state, DriveState::Healthy);
+            assert!(rep.device.starts_with("nvme:emu:"), "{}", rep.device);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(d.terminate(), "SIGTERM did not exit 0");
+}
+
+#[test]
+fn nvme_backend_names_a_missing_controller() {
+    let out = Command::new(env!("CARGO_BIN_EXE_datapathd"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--backend",
+            "nvme",
+            "--drive",
+            "0000:00:1f.7",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("0000:00:1f.7"), "{err}");
+}
