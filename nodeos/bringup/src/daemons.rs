@@ -17,6 +17,7 @@ pub const MGMTD_READY: &str = "mgmtd.ready";
 pub fn datapathd_args(
     cfg: &NodeConfig,
     drives: &[ClaimedDrive],
+    state: &Path,
     run: &Path,
 ) -> Result<Vec<String>, NodeosError> {
     let backend = match cfg.datapath.backend {
@@ -33,6 +34,14 @@ pub fn datapathd_args(
         "--ready-file".into(),
         run.join(DATAPATHD_READY).display().to_string(),
     ];
+    if let (Mode::Cluster, Some(c)) = (cfg.mode, &cfg.cluster) {
+        // Peers reach the chunk service here, over mutual TLS with the certificate
+        // mgmtd installs in its state when the node creates or joins a cluster.
+        a.push("--peer-listen".into());
+        a.push(c.peer_listen.to_string());
+        a.push("--tls-dir".into());
+        a.push(state.join("mgmt/tls").display().to_string());
+    }
     for d in drives {
         // Claim order is index order: datapathd numbers drives as given.
         a.push("--drive".into());
@@ -70,10 +79,8 @@ pub fn mgmtd_args(
     if let (Mode::Cluster, Some(c)) = (cfg.mode, &cfg.cluster) {
         a.push("--internal".into());
         a.push(c.internal.to_string());
-        if let Some(adv) = c.chunk_advertise {
-            a.push("--chunk-advertise".into());
-            a.push(adv.to_string());
-        }
+        a.push("--chunk-advertise".into());
+        a.push(c.chunk_advertise().to_string());
         if let Some(d) = &c.domain {
             a.push("--domain".into());
             a.push(d.clone());
@@ -134,7 +141,7 @@ pub fn write_env_files(
     cfg: &NodeConfig,
     drives: &[ClaimedDrive],
 ) -> Result<(), NodeosError> {
-    let dp = datapathd_args(cfg, drives, &paths.run)?;
+    let dp = datapathd_args(cfg, drives, &paths.state, &paths.run)?;
     let mg = mgmtd_args(cfg, drives.len(), &paths.state, &paths.run)?;
     write_file(
         &paths.run.join("datapathd.env"),

@@ -610,3 +610,34 @@ fn garbage_in_sysfs_and_procfs_does_not_panic() {
     let nvme2 = drives.iter().find(|d| d.path == "/dev/nvme2n1").unwrap();
     assert_eq!(nvme2.pci_address, None);
 }
+
+/// In cluster mode datapathd gets a peer listener with the TLS directory mgmtd
+/// fills at join, and mgmtd advertises that listener to the other nodes.
+#[test]
+fn cluster_mode_wires_the_peer_listener_and_its_certificates() {
+    let n = Node::new();
+    let cfg = format!("mode = \"cluster\"\n{CONFIG}\n[cluster]\ninternal = \"10.0.2.15:9002\"\n");
+    n.state_config(&cfg);
+    let (out, _) = n.run();
+    assert!(
+        matches!(out, Outcome::Ready { .. }),
+        "{out:?}: {}",
+        n.console()
+    );
+    let dp = get(&env_of(&n, "datapathd.env"), "DATAPATHD_ARGS");
+    let c = cairn_datapath::Config::parse_from_args(
+        std::iter::once("datapathd").chain(dp.split_whitespace()),
+    )
+    .unwrap();
+    assert_eq!(c.peer_listen.as_deref(), Some("0.0.0.0:7411"));
+    assert_eq!(c.tls_dir, Some(n.paths.state.join("mgmt/tls")));
+    assert_eq!(
+        c.listen, "127.0.0.1:7410",
+        "mgmtd's own link stays on loopback"
+    );
+    let margs = get(&env_of(&n, "mgmtd.env"), "MGMTD_ARGS");
+    assert!(
+        margs.contains("--internal 10.0.2.15:9002 --chunk-advertise 10.0.2.15:7411"),
+        "{margs}"
+    );
+}

@@ -98,8 +98,21 @@ pub enum Backend {
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
     pub internal: SocketAddr,
+    /// datapathd's peer listener (mutual TLS with the cluster's certificates).
+    #[serde(default = "default_peer_listen")]
+    pub peer_listen: SocketAddr,
+    /// The peer listener as other nodes reach it; default: the internal address's
+    /// host with `peer_listen`'s port.
     pub chunk_advertise: Option<SocketAddr>,
     pub domain: Option<String>,
+}
+
+impl Cluster {
+    /// Where peers reach this node's chunk service.
+    pub fn chunk_advertise(&self) -> SocketAddr {
+        self.chunk_advertise
+            .unwrap_or_else(|| SocketAddr::new(self.internal.ip(), self.peer_listen.port()))
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -338,6 +351,9 @@ fn default_admin() -> SocketAddr {
 }
 fn default_datapath() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7410))
+}
+fn default_peer_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 7411))
 }
 fn default_reactors() -> u32 {
     1
