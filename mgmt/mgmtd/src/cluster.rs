@@ -170,6 +170,9 @@ fn routes(
                 client: client.clone(),
                 domain,
                 placeable: !n.draining,
+                // New data follows capacity: a drive twice as large takes twice
+                // the stripes (weighted rendezvous in cairn_objects::place).
+                weight: u32::try_from(d.capacity >> 30).unwrap_or(u32::MAX).max(1),
             });
         }
     }
