@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Cairn's QEMU end-to-end tests: the built image, booted by UEFI under TCG, driven as
+an operator would (S3 clients, nodectl, the serial console). See hwtests/README.md.
+
+    hwtests/run.sh [--quick|--all] [--image DIR] [--workdir DIR] [--keep] [TEST...]
+"""
+import argparse
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vm import VM, TestFailure, check, find_in_file, stop_all, OVMF_CODE, OVMF_VARS, QEMU  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVE_TIMEOUT = int(os.environ.get("CAIRN_HWTEST_SERVE_TIMEOUT", "600"))  # TCG is slow
+SERVING = r"cairn: serving"
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def node_toml(hostname, access, secret, mac, *, extra=""):
+    # The NIC is matched by MAC: udev's predictable names (enp0sN) depend on the slot.
+    return f"""hostname = "{hostname}"
+mode = "single"
+
+[s3]
+listen = "0.0.0.0:9000"
+access_key = "{access}"
+secret_key = "{secret}"
+
+[admin]
+listen = "0.0.0.0:9001"
+
+[drives]
+all_nvme = true
+
+[network]
+dns = ["10.0.2.3"]
+
+[[network.interface]]
+mac = "{mac}"
+addresses = ["10.0.2.15/24"]
+
+[[network.route]]
+to = "default"
+via = "10.0.2.2"
+{extra}"""
+
+
+def s3_client(port, access, secret):
+    import boto3
+    from botocore.config import Config
+    return boto3.client(
+        "s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id=access,
+        aws_secret_access_key=secret, region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
+                      connect_timeout=10, read_timeout=120,
+                      request_checksum_calculation="when_required",
+                      response_checksum_validation="when_required"))
+
+
+def wait_serving(vm, since, what="boot"):
+    m = vm.wait_serial(SERVING, SERVE_TIMEOUT, since)
+    took = time.monotonic() - vm.boot_started
+    log(f"{vm.name}: serving after {took:.1f} s ({what})")
+    return m, took
+
+
+def boot_node(t, name, **kw):
+    """A single-node appliance with fresh root credentials, booted to serving."""
+    access = "hw" + secrets.token_hex(6)
+    secret = secrets.token_urlsafe(24)
+    mac = kw.pop("mac", "52:54:00:c0:00:01")
+    vm = VM(name, t.workdir, t.image, mac=mac,
+            config_toml=node_toml(name, access, secret, mac), **kw)
+    vm.access, vm.secret = access, secret
+    t.vms.append(vm)
+    vm.boot_started = time.monotonic()
+    vm.start()
+    _, took = wait_serving(vm, 0)
+    t.figures[f"{name} boot-to-serving (s, QEMU start to 'cairn: serving')"] = round(took, 1)
+    vm.s3 = s3_client(vm.s3_port, access, secret)
+    return vm
+
+
+def put_objects(vm, bucket):
+    """A small (replicated) and a large (erasure-coded) object, each carrying a random
+    marker so their bytes can be found on the drives' backing files."""
+    marker = ("CAIRN-HWTEST-" + secrets.token_hex(16)).encode()
+    small = marker + os.urandom(4000)
+    # The marker repeats at every 64 KiB so some lands in every data fragment.
+    large = b"".join(marker + os.urandom(65536 - len(marker)) for _ in range(96))  # 6 MiB
+    vm.s3.create_bucket(Bucket=bucket)
+    objs = {"small.bin": small, "dir/large.bin": large}
+    for k, v in objs.items():
+        vm.s3.put_object(Bucket=bucket, Key=k, Body=v)
+    return marker, {k: hashlib.sha256(v).hexdigest() for k, v in objs.items()}
+
+
+def get_objects(vm, bucket, digests):
+    for k, want in digests.items():
+        body = vm.s3.get_object(Bucket=bucket, Key=k)["Body"].read()
+        check(hashlib.sha256(body).hexdigest() == want,
+              f"{vm.name}: s3://{bucket}/{k}: {len(body)} bytes, sha256 differs from what was put")
+    listed = sorted(o["Key"] for o in vm.s3.list_objects_v2(Bucket=bucket).get("Contents", []))
+    check(listed == sorted(digests), f"{vm.name}: listing of {bucket} is {listed}")
+
+
+# ---------------------------------------------------------------------------------------
+def test_boot(t):
+    """UEFI boot with 4 NVMe drives, a BMC and a config disk; S3 from the host; data on
+    the NVMe drives only; the Cairn units in the journal; /dev/ipmi0; a reboot keeps it."""
+    vm = boot_node(t, "boot")
+    # The boot went through OVMF and systemd-boot, from slot a.
+    rc, cmdline = vm.shell("cat /proc/cmdline")
+    check("root=PARTLABEL=cairn-a" in cmdline and "cairn.slot=a" in cmdline,
+          f"unexpected kernel command line: {cmdline}")
+    _, efi = vm.shell("ls /sys/firmware/efi/efivars | grep -c LoaderEntrySelected || true")
+    check(efi.strip() not in ("", "0"), "not booted through systemd-boot (no LoaderEntrySelected)")
+
+    log("S3: put and get (boto3)")
+    marker, digests = put_objects(vm, "hwtest")
+    get_objects(vm, "hwtest", digests)
+
+    log("the written bytes: on the NVMe drives, not on the boot disk")
+    vm.shell("sync")
+    hits = {os.path.basename(p): len(find_in_file(p, marker)) for _, p in vm.nvme}
+    log(f"marker occurrences per NVMe backing file: {hits}")
+    check(sum(hits.values()) > 0, f"the object bytes are on no NVMe drive: {hits}")
+    check(sum(1 for n in hits.values() if n) >= 2,
+          f"the objects' fragments/copies are on fewer than 2 drives: {hits}")
+    for disk in [vm.disk, vm.config]:
+        n = len(find_in_file(disk, marker))
+        check(n == 0, f"object bytes found {n} times on {os.path.basename(disk)}")
+
+    log("journal: the Cairn units")
+    _, out = vm.shell("journalctl -b --no-pager -o cat -u cairn-nodeos -u cairn-datapathd "
+                      "-u cairn-mgmtd -u cairn-ready", timeout=120)
+    for unit in ["cairn-nodeos", "cairn-datapathd", "cairn-mgmtd", "cairn-ready"]:
+        _, st = vm.shell(f"systemctl show -p ActiveState,Result --value {unit}.service")
+        check(st.split()[:1] == ["active"], f"{unit}.service is not active: {st.split()}")
+    check("mgmtd serving" in out, "the journal has no 'mgmtd serving' line from cairn-mgmtd:\n"
+          + out[-2000:])
+    t.artifacts["journal (Cairn units)"] = out.count("\n")
+
+    log("BMC: ipmitool -I open mc info")
+    _, mc = vm.shell("ipmitool -I open mc info", timeout=60)
+    check("Device ID" in mc and "IPMI Version" in mc, f"ipmitool mc info: {mc}")
+
+    log("reboot; the objects are still there")
+    m = vm.mark()
+    vm.shell("systemctl reboot", ok=False, timeout=30)
+    vm.boot_started = time.monotonic()
+    _, took = wait_serving(vm, m, "reboot")
+    t.figures["boot reboot-to-serving (s)"] = round(took, 1)
+    get_objects(vm, "hwtest", digests)
+    _, boots = vm.shell("journalctl --list-boots --no-pager | wc -l")
+    check(int(boots.strip()) >= 2, f"the journal did not persist across the reboot ({boots.strip()} boots)")
+
+
+TESTS = {"boot": test_boot}
+QUICK = ["boot"]
+
+
+# ---------------------------------------------------------------------------------------
+class T:
+    def __init__(self, name, image, workdir):
+        self.name, self.image = name, image
+        self.workdir = os.path.join(workdir, name)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        os.makedirs(self.workdir)
+        self.vms, self.figures, self.artifacts = [], {}, {}
+
+
+def preflight(image):
+    """What the tests need; missing pieces fail the run (never a silent skip)."""
+    missing = []
+    for tool in [QEMU, "mkfs.vfat", "mcopy", "mkfs.erofs"]:
+        if not shutil.which(tool):
+            missing.append(f"{tool} (apt-get install qemu-system-x86 dosfstools mtools erofs-utils)")
+    for f in [OVMF_CODE, OVMF_VARS]:
+        if not os.path.exists(f):
+            missing.append(f"{f} (apt-get install ovmf)")
+    for a in ["cairn.img", "cairn.update", "manifest.json"]:
+        if not os.path.exists(os.path.join(image, a)):
+            missing.append(f"{image}/{a} (build it: image/build.sh)")
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        missing.append("python3 boto3 (pip install boto3)")
+    return missing
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tests", nargs="*", help=f"tests to run (of {', '.join(TESTS)})")
+    ap.add_argument("--quick", action="store_true", help=f"the CI subset: {', '.join(QUICK)}")
+    ap.add_argument("--all", action="store_true", help="every test")
+    ap.add_argument("--image", default=os.path.join(REPO, "image", "out"))
+    ap.add_argument("--workdir", default=os.path.join(REPO, "hwtests", "out"))
+    ap.add_argument("--keep", action="store_true", help="keep disks of passed tests too")
+    a = ap.parse_args()
+    names = list(TESTS) if a.all else QUICK if (a.quick or not a.tests) else a.tests
+    for n in names:
+        if n not in TESTS:
+            ap.error(f"unknown test {n} (known: {', '.join(TESTS)})")
+    missing = preflight(a.image)
+    if missing:
+        print("hwtests: FAILED: missing prerequisites:\n  " + "\n  ".join(missing), file=sys.stderr)
+        return 1
+    with open(os.path.join(a.image, "manifest.json")) as f:
+        log(f"image {json.load(f)['version']} from {a.image}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    passed, failed, figures = [], [], {}
+    for n in names:
+        t = T(n, a.image, a.workdir)
+        log(f"=== {n}: {TESTS[n].__doc__.split(chr(10))[0]}")
+        t0 = time.monotonic()
+        try:
+            TESTS[n](t)
+            dt = time.monotonic() - t0
+            log(f"=== {n}: PASSED in {dt:.0f} s")
+            passed.append(n)
+        except (TestFailure, Exception) as e:  # any error fails the test, with context
+            dt = time.monotonic() - t0
+            log(f"=== {n}: FAILED in {dt:.0f} s: {type(e).__name__}: {e}")
+            for vm in t.vms:
+                print(f"--- {vm.name}: serial console, last lines ({vm.serial}):\n{vm.serial_tail()}\n---",
+                      flush=True)
+            failed.append(n)
+        finally:
+            stop_all()
+        figures[f"{n} duration (s)"] = round(dt)
+        figures.update(t.figures)
+        if n in passed and not a.keep:
+            for vm in t.vms:  # disks are big; logs stay
+                for p in [vm.disk, vm.config, vm.vars] + [p for _, p in vm.nvme]:
+                    if p and os.path.exists(p):
+                        os.remove(p)
+    log("figures: " + json.dumps(figures, indent=1))
+    print(f"{len(passed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        stop_all()
