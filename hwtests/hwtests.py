@@ -167,7 +167,114 @@ def test_boot(t):
     check(int(boots.strip()) >= 2, f"the journal did not persist across the reboot ({boots.strip()} boots)")
 
 
-TESTS = {"boot": test_boot}
+def serve_dir(directory):
+    """An HTTP server on the host for the guest (user networking: the host is 10.0.2.2)."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=directory)
+    handler.log_message = lambda *a, **k: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def broken_bundle(t, image, out):
+    """cairn.update whose root cannot start systemd (an erofs without /lib/systemd):
+    the initramfs gives up and reboots, so every try of that slot fails."""
+    import tarfile
+    d = os.path.join(t.workdir, "broken")
+    os.makedirs(os.path.join(d, "root", "etc"), exist_ok=True)
+    with open(os.path.join(d, "root", "etc", "os-release"), "w") as f:
+        f.write("ID=broken\n")
+    subprocess.run(["mkfs.erofs", "--quiet", os.path.join(d, "root.erofs"), os.path.join(d, "root")],
+                   check=True)
+    for n in ["vmlinuz", "initrd.img"]:
+        shutil.copyfile(os.path.join(image, n), os.path.join(d, n))
+    with tarfile.open(os.path.join(image, "cairn.update")) as tf:
+        manifest = json.load(tf.extractfile("manifest.json"))
+    manifest["version"] = "broken-" + manifest["version"]
+    for n in ["root.erofs", "vmlinuz", "initrd.img"]:
+        with open(os.path.join(d, n), "rb") as f:
+            data = f.read()
+        manifest["files"][n] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    with tarfile.open(out, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for n in ["manifest.json", "root.erofs", "vmlinuz", "initrd.img"]:
+            tf.add(os.path.join(d, n), arcname=n)
+
+
+def slots(vm):
+    _, out = vm.shell("nodectl node slots --json")
+    return json.loads(out)
+
+
+def booted_slot(vm):
+    _, cmdline = vm.shell("cat /proc/cmdline")
+    for w in cmdline.split():
+        if w.startswith("cairn.slot="):
+            return w.split("=", 1)[1]
+    raise TestFailure(f"no cairn.slot= in {cmdline}")
+
+
+def wait_blessed(vm, slot, timeout=120):
+    """systemd-bless-boot drops the entry's +N-M counter once boot-complete.target is
+    reached (cairn-ready succeeded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, ls = vm.shell("ls /efi/loader/entries")
+        if f"cairn-{slot}.conf" in ls.split():
+            return
+        check(time.monotonic() < deadline, f"slot {slot}'s entry was not blessed in {timeout} s: {ls.split()}")
+        time.sleep(3)
+
+
+def update_and_reboot(vm, url, timeout=900):
+    m = vm.mark()
+    t0 = time.monotonic()
+    _, out = vm.shell(f"nodectl node update --no-reboot {url}", timeout=timeout)
+    log(f"{vm.name}: nodectl node update: {time.monotonic() - t0:.0f} s; {out.strip().splitlines()[-1:]}")
+    vm.shell("systemctl reboot", ok=False, timeout=30)
+    vm.boot_started = time.monotonic()
+    return m
+
+
+def test_update(t):
+    """A -> B -> A with nodectl node update; a slot that cannot boot rolls back by itself
+    through systemd-boot's boot counting."""
+    vm = boot_node(t, "update")
+    _, digests = put_objects(vm, "upd")
+    check(booted_slot(vm) == "a", "the factory image did not boot slot a")
+    broken_bundle(t, t.image, os.path.join(t.workdir, "broken.update"))
+    os.link(os.path.join(t.image, "cairn.update"), os.path.join(t.workdir, "cairn.update"))
+    srv = serve_dir(t.workdir)
+    base = f"http://10.0.2.2:{srv.server_address[1]}"
+    try:
+        for target in ["b", "a"]:
+            m = update_and_reboot(vm, f"{base}/cairn.update")
+            _, took = wait_serving(vm, m, f"updated to slot {target}")
+            t.figures[f"update: reboot into slot {target} to serving (s)"] = round(took, 1)
+            check(booted_slot(vm) == target, f"after the update, booted slot is {booted_slot(vm)}, not {target}")
+            wait_blessed(vm, target)
+            get_objects(vm, "upd", digests)
+        log("a broken slot b: three failed tries, then slot a again")
+        m = update_and_reboot(vm, f"{base}/broken.update")
+        _, took = wait_serving(vm, m, "rollback")
+        t.figures["update: broken slot to serving again on the old slot (s)"] = round(took, 1)
+        fails = vm.serial_text()[m:].count("holds no systemd")
+        check(fails == 3, f"expected 3 failed boots of the broken slot, saw {fails}")
+        check(booted_slot(vm) == "a", f"after the broken update, booted slot is {booted_slot(vm)}, not a")
+        _, ls = vm.shell("ls /efi/loader/entries")
+        check("cairn-b+0-3.conf" in ls.split(), f"slot b's entry is not marked bad: {ls.split()}")
+        log(f"nodectl node slots: {slots(vm)}")
+        get_objects(vm, "upd", digests)
+    finally:
+        srv.shutdown()
+
+
+TESTS = {"boot": test_boot, "update": test_update}
 QUICK = ["boot"]
 
 

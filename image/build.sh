@@ -195,16 +195,18 @@ echo "$VERSION" > "$E/cairn/a/version"
 CMDLINE_COMMON="ro console=tty0 console=ttyS0,115200 panic=10"
 # timeout 0: boot at once (hold a key at power-on for the menu); editor no: the
 # kernel command line cannot be edited at the console (init=/bin/sh would be root).
-printf 'default cairn-a*\ntimeout 0\neditor no\nconsole-mode keep\n' > "$E/loader/loader.conf"
+# default cairn-*: both slots match and each entry's sort-key orders them (cairn-0
+# boots, cairn-1 is the fallback); an entry out of tries sorts last (nodeos/slots esp.rs).
+printf 'default cairn-*\ntimeout 0\neditor no\nconsole-mode keep\n' > "$E/loader/loader.conf"
 # The factory slot has no boot counter: there is no other slot to fall back to yet.
 cat > "$E/loader/entries/cairn-a.conf" <<ENTRY
-title   Cairn $VERSION (slot a)
+title Cairn $VERSION (slot a)
 version $VERSION
-linux   /cairn/a/vmlinuz
-initrd  /cairn/a/initrd.img
+sort-key cairn-0
+linux /cairn/a/vmlinuz
+initrd /cairn/a/initrd.img
 options root=PARTLABEL=cairn-a cairn.slot=a $CMDLINE_COMMON
 ENTRY
-echo "$CMDLINE_COMMON" > "$OUT/cmdline-common"
 
 # ---- 7. The state partition's first contents -------------------------------------------
 S=$WORK/state
@@ -241,7 +243,8 @@ step "cairn.update"
 B=$WORK/bundle
 mkdir -p "$B"
 ln "$OUT/root.erofs" "$OUT/vmlinuz" "$OUT/initrd.img" "$B/"
-python3 "$HERE/tools/manifest.py" bundle "$B" "$VERSION" "$KVER" > "$B/manifest.json"
+# cmdline: the kernel options after root= and cairn.slot= for the slot this bundle fills.
+python3 "$HERE/tools/manifest.py" bundle "$B" "$VERSION" "$CMDLINE_COMMON" > "$B/manifest.json"
 # manifest.json first, so a streaming reader knows what follows.
 tar --format=ustar --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
   -cf "$OUT/cairn.update" -C "$B" manifest.json root.erofs vmlinuz initrd.img

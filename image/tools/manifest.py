@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Manifests and the size report of an image build (called by image/build.sh).
 
-    manifest.py bundle DIR VERSION KERNEL          -> manifest.json of cairn.update
+    manifest.py bundle DIR VERSION CMDLINE         -> manifest.json of cairn.update
     manifest.py build OUT VERSION KERNEL WORK SIZES -> manifest.json of the build
     manifest.py sizes OUT WORK                      -> size-report.txt
 
@@ -39,12 +39,12 @@ def packages(work: str) -> list:
     return rows
 
 
-def bundle(d: str, version: str, kernel: str) -> None:
+def bundle(d: str, version: str, cmdline: str) -> None:
+    # The reader (nodeos/slots, bundle.rs) rejects unknown fields: exactly these.
     doc = {
         "format": 1,
-        "name": "cairn",
         "version": version,
-        "kernel": kernel,
+        "cmdline": cmdline,
         "files": {n: filemeta(os.path.join(d, n)) for n in BUNDLE_FILES},
     }
     print(json.dumps(doc, indent=2, sort_keys=True))
