@@ -95,7 +95,7 @@ def find_in_file(path, needle):
 class VM:
     def __init__(self, name, workdir, image_dir, *, nvme=4, nvme_mib=1024, config_toml=None,
                  mem_mib=2048, smp=2, mac="52:54:00:c0:00:01", user_net=True, mcast=None,
-                 disk=None):
+                 disk=None, direct_kernel=False):
         self.name = name
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -103,6 +103,8 @@ class VM:
         self.mac = mac
         self.mem_mib, self.smp = mem_mib, smp
         self.user_net, self.mcast = user_net, mcast
+        # direct_kernel: -kernel/-initrd of the build instead of OVMF + systemd-boot.
+        self.direct_kernel = direct_kernel
         self.serial = os.path.join(self.dir, "serial.log")
         self.dbg_path = os.path.join(self.dir, "dbg.sock")
         self.proc = None
@@ -141,9 +143,13 @@ class VM:
                "-device", "virtio-serial-pci",
                "-device", "virtserialport,chardev=dbg,name=org.cairn.debug",
                "-drive", f"file={self.disk},format=raw,if=none,id=boot",
-               "-device", "virtio-blk-pci,drive=boot,bootindex=0",
+               "-device", "virtio-blk-pci,drive=boot" + ("" if self.direct_kernel else ",bootindex=0"),
                "-device", "ipmi-bmc-sim,id=bmc0", "-device", "isa-ipmi-kcs,bmc=bmc0",
                "-device", "virtio-rng-pci"]
+        if self.direct_kernel:
+            cmd += ["-kernel", os.path.join(self.image_dir, "vmlinuz"),
+                    "-initrd", os.path.join(self.image_dir, "initrd.img"),
+                    "-append", "root=PARTLABEL=cairn-a cairn.slot=a ro console=ttyS0,115200 panic=10"]
         if self.config:
             cmd += ["-drive", f"file={self.config},format=raw,if=none,id=cfg",
                     "-device", "virtio-blk-pci,drive=cfg"]
