@@ -89,7 +89,8 @@ impl Default for Datapath {
 pub enum Backend {
     #[default]
     Uring,
-    /// Userspace NVMe. datapathd has no such backend yet; nodeos runs it as `uring`.
+    /// Userspace NVMe: nodeos binds the claimed controllers to vfio-pci and passes their
+    /// PCI addresses to `datapathd --backend nvme`.
     Nvme,
 }
 
