@@ -27,10 +27,10 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def node_toml(hostname, access, secret, mac, *, extra=""):
+def node_toml(hostname, access, secret, mac, *, extra="", mode="single", datapath="127.0.0.1:7410"):
     # The NIC is matched by MAC: udev's predictable names (enp0sN) depend on the slot.
     return f"""hostname = "{hostname}"
-mode = "single"
+mode = "{mode}"
 
 [s3]
 listen = "0.0.0.0:9000"
@@ -39,6 +39,9 @@ secret_key = "{secret}"
 
 [admin]
 listen = "0.0.0.0:9001"
+
+[datapath]
+listen = "{datapath}"
 
 [drives]
 all_nvme = true
@@ -75,20 +78,21 @@ def wait_serving(vm, since, what="boot"):
     return m, took
 
 
-def boot_node(t, name, **kw):
+def boot_node(t, name, *, wait=True, access=None, secret=None, toml_kw=None, **kw):
     """A single-node appliance with fresh root credentials, booted to serving."""
-    access = "hw" + secrets.token_hex(6)
-    secret = secrets.token_urlsafe(24)
+    access = access or "hw" + secrets.token_hex(6)
+    secret = secret or secrets.token_urlsafe(24)
     mac = kw.pop("mac", "52:54:00:c0:00:01")
     vm = VM(name, t.workdir, t.image, mac=mac,
-            config_toml=node_toml(name, access, secret, mac), **kw)
+            config_toml=node_toml(name, access, secret, mac, **(toml_kw or {})), **kw)
     vm.access, vm.secret = access, secret
     t.vms.append(vm)
     vm.boot_started = time.monotonic()
     vm.start()
-    _, took = wait_serving(vm, 0)
-    t.figures[f"{name} boot-to-serving (s, QEMU start to 'cairn: serving')"] = round(took, 1)
     vm.s3 = s3_client(vm.s3_port, access, secret)
+    if wait:
+        _, took = wait_serving(vm, 0)
+        t.figures[f"{name} boot-to-serving (s, QEMU start to 'cairn: serving')"] = round(took, 1)
     return vm
 
 
@@ -146,8 +150,8 @@ def test_boot(t):
     _, out = vm.shell("journalctl -b --no-pager -o cat -u cairn-nodeos -u cairn-datapathd "
                       "-u cairn-mgmtd -u cairn-ready", timeout=120)
     for unit in ["cairn-nodeos", "cairn-datapathd", "cairn-mgmtd", "cairn-ready"]:
-        _, st = vm.shell(f"systemctl show -p ActiveState,Result --value {unit}.service")
-        check(st.split()[:1] == ["active"], f"{unit}.service is not active: {st.split()}")
+        _, st = vm.shell(f"systemctl is-active {unit}.service", ok=False)
+        check(st.strip() == "active", f"{unit}.service is not active: {st.strip()}")
     check("mgmtd serving" in out, "the journal has no 'mgmtd serving' line from cairn-mgmtd:\n"
           + out[-2000:])
     t.artifacts["journal (Cairn units)"] = out.count("\n")
@@ -274,7 +278,47 @@ def test_update(t):
         srv.shutdown()
 
 
-TESTS = {"boot": test_boot, "update": test_update}
+def test_cluster(t):
+    """Three nodes on one virtual network form a cluster; with one powered off, every
+    object is still readable."""
+    import re
+    mcast = f"230.0.0.1:{20000 + os.getpid() % 20000}"  # one group per run keeps runs apart
+    access, secret = "hw" + secrets.token_hex(6), secrets.token_urlsafe(24)
+    vms = []
+    for i in range(1, 4):
+        ip = f"192.168.77.1{i}"
+        extra = f"""
+[[network.interface]]
+mac = "52:54:00:c0:00:{0x80 | i:02x}"
+addresses = ["{ip}/24"]
+
+[cluster]
+internal = "{ip}:9100"
+chunk_advertise = "{ip}:7410"
+"""
+        vms.append(boot_node(t, f"node{i}", wait=False, access=access, secret=secret,
+                             mac=f"52:54:00:c0:00:{i:02x}", mcast=mcast, smp=1, mem_mib=1536,
+                             toml_kw={"extra": extra, "mode": "cluster", "datapath": "0.0.0.0:7410"}))
+    for vm in vms:
+        _, took = wait_serving(vm, 0)
+        t.figures[f"cluster {vm.name} boot-to-serving (s)"] = round(took, 1)
+    adm = "--admin 127.0.0.1:9001"
+    _, out = vms[0].shell(f"nodectl cluster init --ec 2+1 {adm}", timeout=120)
+    m = re.search(r"--token (\S+)", out)
+    check(m, f"no join token in: {out}")
+    for vm in vms[1:]:
+        vm.shell(f"nodectl cluster join 192.168.77.11:9100 --token {m.group(1)} {adm}", timeout=180)
+    _, st = vms[0].shell(f"nodectl cluster status {adm}", timeout=60)
+    log("cluster status:\n" + st)
+    marker, digests = put_objects(vms[0], "clu")
+    get_objects(vms[1], "clu", digests)
+    log("power off node3; every object still readable from node1 and node2")
+    vms[2].stop()
+    for vm in vms[:2]:
+        get_objects(vm, "clu", digests)
+
+
+TESTS = {"boot": test_boot, "update": test_update, "cluster": test_cluster}
 QUICK = ["boot"]
 
 
