@@ -5,6 +5,7 @@ mod admin;
 mod cluster;
 mod dev;
 mod devcluster;
+mod nodeos;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -26,6 +27,8 @@ pub enum NodectlError {
     Daemon(String),
     #[error("admin API: {0}")]
     Admin(String),
+    #[error(transparent)]
+    Slots(#[from] cairn_slots::SlotError),
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodectlError {
@@ -52,7 +55,9 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ClusterCmd,
     },
-    /// Take a node out of a cluster.
+    /// Write a Cairn disk image onto a disk (USB stick, internal disk), verified.
+    Flash(nodeos::FlashArgs),
+    /// Take a node out of a cluster; update, roll back and inspect its OS slots.
     Node {
         #[command(subcommand)]
         cmd: NodeCmd,
@@ -154,6 +159,15 @@ enum NodeCmd {
         #[command(flatten)]
         target: cluster::Target,
     },
+    /// Write an update bundle (file or http:// URL) to the inactive slot, arm it with
+    /// three boot tries, and reboot into it.
+    Update(nodeos::UpdateArgs),
+    /// Boot the other slot next (refused if it is bad or absent), and reboot.
+    Rollback(nodeos::RollbackArgs),
+    /// The booted slot, the next boot, each slot's version and boot-count state.
+    Slots(nodeos::SlotsArgs),
+    /// Mark the booted slot good by hand (normally done by systemd-bless-boot).
+    MarkGood(nodeos::MarkGoodArgs),
 }
 
 #[tokio::main]
@@ -190,7 +204,12 @@ async fn main() -> std::process::ExitCode {
         Cmd::Node { cmd } => match cmd {
             NodeCmd::Drain { id, target } => cluster::drain(&target, &id).await,
             NodeCmd::Remove { id, force, target } => cluster::remove(&target, &id, force).await,
+            NodeCmd::Update(a) => nodeos::update(a).await,
+            NodeCmd::Rollback(a) => nodeos::rollback(a),
+            NodeCmd::Slots(a) => nodeos::slots(a),
+            NodeCmd::MarkGood(a) => nodeos::mark_good(a),
         },
+        Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Status { data, json } => status::show(&data, json).await,
     };
     match res {

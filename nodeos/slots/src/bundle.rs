@@ -147,7 +147,10 @@ impl Bundle {
         check_manifest(&manifest).map_err(|m| bad(format!("{MANIFEST}: {m}")))?;
         let mut members = BTreeMap::new();
         for name in MEMBERS {
-            let want = &manifest.files[name];
+            let want = manifest
+                .files
+                .get(name)
+                .ok_or_else(|| bad(format!("{MANIFEST}: files does not list {name}")))?;
             let (m, sha) = found
                 .remove(name)
                 .ok_or_else(|| bad(format!("member {name} is missing")))?;
@@ -194,11 +197,14 @@ impl Bundle {
         let mut f = File::open(&self.path).map_err(io_err(&self.path))?;
         f.seek(SeekFrom::Start(m.offset))
             .map_err(io_err(&self.path))?;
-        Ok((
-            f.take(m.size),
-            m.size,
-            self.manifest.files[name].sha256.to_ascii_lowercase(),
-        ))
+        // open() checked that the manifest lists every member it recorded.
+        let want = self
+            .manifest
+            .files
+            .get(name)
+            .map(|d| d.sha256.to_ascii_lowercase())
+            .unwrap_or_default();
+        Ok((f.take(m.size), m.size, want))
     }
 }
 
