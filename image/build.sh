@@ -180,7 +180,8 @@ python3 "$HERE/tools/mkcpio.py" "$I" | gzip -9n > "$OUT/initrd.img"
 # UUIDs and GUIDs derive from the version: the same commit gives the same image.
 uuid() { printf '%s' "$VERSION/$1" | sha256sum | sed -E 's/^(.{8})(.{4}).(.{3}).(.{3})(.{12}).*/\1-\2-4\3-8\4-\5/'; }
 step "root.erofs (lz4hc)"
-rm -rf "$R/var/log"/* "$R/tmp"/* "$R/var/tmp"/*
+# Logs, temp files and ldconfig's aux-cache (inode numbers and times of this build).
+rm -rf "$R/var/log"/* "$R/tmp"/* "$R/var/tmp"/* "$R/var/cache/ldconfig/aux-cache"
 # lz4hc level 9: as small as level 12 (+0.2%) and 4.5x faster to build.
 mkfs.erofs -zlz4hc,9 -T"$SOURCE_DATE_EPOCH" -U "$(uuid root)" --quiet "$OUT/root.erofs" "$R"
 ROOT_BYTES=$(stat -c %s "$OUT/root.erofs")
@@ -209,12 +210,7 @@ initrd /cairn/a/initrd.img
 options root=PARTLABEL=cairn-a cairn.slot=a $CMDLINE_COMMON
 ENTRY
 
-# ---- 7. The state partition's first contents -------------------------------------------
-S=$WORK/state
-mkdir -p "$S/log/journal"
-chmod 0755 "$S"
-
-# ---- 8. The GPT disk -------------------------------------------------------------------
+# ---- 7. The GPT disk -------------------------------------------------------------------
 step "cairn.img (GPT: esp ${ESP_MB}M, cairn-a ${SLOT_MB}M, cairn-b ${SLOT_MB}M, cairn-state ${STATE_MB}M)"
 IMG=$OUT/cairn.img
 MIB=2048   # sectors
@@ -229,17 +225,20 @@ sgdisk -o -U "$(uuid disk)" \
   -n 3:$p_b:$((p_state - 1)) -t 3:8300 -c 3:cairn-b -u 3:"$(uuid p-b)" \
   -n 4:$p_state:$((p_end - 1)) -t 4:8300 -c 4:cairn-state -u 4:"$(uuid p-state)" "$IMG" >/dev/null
 volid=$(uuid esp | cut -c1-8)
-mkfs.vfat -F 32 -s 1 -n ESP -i "$volid" --offset=$p_esp "$IMG" $((ESP_MB * 1024)) >/dev/null 2>&1
+# No volume label: mkfs.fat stamps its root-directory entry with the current time.
+mkfs.vfat -F 32 -s 1 -i "$volid" --offset=$p_esp "$IMG" $((ESP_MB * 1024)) >/dev/null 2>&1
 find "$E" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 MTOOLS_SKIP_CHECK=1 mcopy -i "$IMG@@$((p_esp * 512))" -s -p -m "$E"/EFI "$E"/loader "$E"/cairn ::/
 dd if="$OUT/root.erofs" of="$IMG" bs=1M seek=$((p_a * 512)) oflag=seek_bytes conv=notrunc,sparse status=none
-# Slot B stays empty until the first update writes it.
+# Slot B stays empty until the first update writes it. The state partition starts empty
+# (the initramfs creates log/ and the machine id on first boot): mkfs.ext4 -d would copy
+# the ctimes of a build directory, which no one can fix to SOURCE_DATE_EPOCH.
 E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mkfs.ext4 -q -F -L cairn-state -U "$(uuid state)" \
-  -E "offset=$((p_state * 512)),hash_seed=$(uuid state-hash),root_owner=0:0" -d "$S" "$IMG" "${STATE_MB}M"
+  -E "offset=$((p_state * 512)),hash_seed=$(uuid state-hash),root_owner=0:0" "$IMG" "${STATE_MB}M"
 [[ $(sgdisk -p "$IMG" | grep -cE '^ +[1-4] .* (esp|cairn-a|cairn-b|cairn-state)$') == 4 ]] ||
   die "the partition table of $IMG is not the expected one: $(sgdisk -p "$IMG")"
 
-# ---- 9. The update bundle --------------------------------------------------------------
+# ---- 8. The update bundle --------------------------------------------------------------
 step "cairn.update"
 B=$WORK/bundle
 mkdir -p "$B"
@@ -250,7 +249,7 @@ python3 "$HERE/tools/manifest.py" bundle "$B" "$VERSION" "$CMDLINE_COMMON" > "$B
 tar --format=ustar --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
   -cf "$OUT/cairn.update" -C "$B" manifest.json root.erofs vmlinuz initrd.img
 
-# ---- 10. Manifest and size report ------------------------------------------------------
+# ---- 9. Manifest and size report ------------------------------------------------------
 step "manifest.json, size-report.txt"
 dpkg-query --admindir="$R/var/lib/dpkg" -W -f='${Package}\t${Version}\t${Installed-Size}\n' | sort > "$WORK/packages.tsv"
 python3 "$HERE/tools/manifest.py" build "$OUT" "$VERSION" "$KVER" "$WORK" \
