@@ -128,10 +128,11 @@ ln -sf /run/cairn/resolv.conf "$R/etc/resolv.conf"
 : > "$R/etc/machine-id"   # filled by the initramfs from cairn-state
 mkdir -p "$R/efi" "$R/var/lib/cairn"
 # Enable what the units' [Install] sections ask for; mask what an appliance never runs.
+# (The root's own systemctl, offline in the chroot: the build host needs no systemd.)
 for u in "${units[@]}"; do
-  grep -q '^\[Install\]' "$u" && systemctl --root="$R" enable "$(basename "$u")" >/dev/null 2>&1
+  grep -q '^\[Install\]' "$u" && chroot "$R" systemctl enable "$(basename "$u")" >/dev/null 2>&1
 done
-systemctl --root="$R" mask apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
+chroot "$R" systemctl mask apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
   e2scrub_all.timer e2scrub_reap.service fstrim.timer getty-static.service >/dev/null 2>&1
 
 # ---- 3. Kernel modules: what the appliance needs, and their dependencies ----------------
