@@ -79,6 +79,7 @@ def wait_serving(vm, since, what="boot"):
     m = vm.wait_serial(SERVING, SERVE_TIMEOUT, since)
     took = time.monotonic() - vm.boot_started
     log(f"{vm.name}: serving after {took:.1f} s ({what}; the kernel started at {kernel:.1f} s)")
+    vm.wait_shell()
     return m, took
 
 

@@ -2,8 +2,8 @@
 a config disk, QEMU's simulated BMC, a serial log and the VM debug shell.
 
 The debug shell is a virtio-serial port named org.cairn.debug: the image runs a root
-shell on it only when the hypervisor provides that port (image/rootfs/usr/lib/udev/
-rules.d/90-cairn-debug.rules), so tests can run journalctl and ipmitool in the guest
+shell on it only when the hypervisor provides that port (image/rootfs/usr/lib/systemd/system/
+cairn-debug-shell.path), so tests can run journalctl and ipmitool in the guest
 without any test-only code in the image and without SSH keys in the config.
 """
 import ctypes
@@ -260,6 +260,24 @@ class VM:
                 continue
             check(data, f"{self.name}: debug shell socket closed")
             self._buf += data
+
+    def wait_shell(self, timeout=180):
+        """After a (re)boot: until the guest's shell answers. Each try reconnects, so QEMU
+        tells the new guest that the host side of the port is open."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.sock.close()
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(self.dbg_path)
+            self._buf = b""
+            try:
+                self.shell("true", timeout=15)
+                return
+            except TestFailure:
+                self._check_running()
+                if time.monotonic() > deadline:
+                    raise TestFailure(f"{self.name}: the debug shell does not answer after "
+                                      f"{timeout} s (is cairn-debug-shell.service running?)")
 
     def drop_shell_output(self):
         self._buf = b""

@@ -132,6 +132,7 @@ mkdir -p "$R/efi" "$R/var/lib/cairn"
 for u in "${units[@]}"; do
   grep -q '^\[Install\]' "$u" && chroot "$R" systemctl enable "$(basename "$u")" >/dev/null 2>&1
 done
+chroot "$R" systemctl enable cairn-debug-shell.path >/dev/null 2>&1
 chroot "$R" systemctl mask apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer \
   e2scrub_all.timer e2scrub_reap.service fstrim.timer getty-static.service >/dev/null 2>&1
 
