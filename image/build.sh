@@ -75,6 +75,8 @@ if [[ $REFRESH == 1 || ! -s $ROOTFS_TAR ]]; then
   mmdebstrap "${MMDEB_OPTS[@]}" --include="$inc" "$SUITE" "$ROOTFS_TAR.tmp" \
     > "$CACHE/mmdebstrap.log" 2>&1 || { tail -30 "$CACHE/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $CACHE/mmdebstrap.log)"; }
   mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"
+  # Keep the three newest tarballs (other branches may use other package lists).
+  ls -t "$CACHE"/rootfs-*.tar | tail -n +4 | xargs -r rm -f
 else
   step "rootfs from cache: $ROOTFS_TAR"
 fi
