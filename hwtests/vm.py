@@ -261,6 +261,11 @@ class VM:
             check(data, f"{self.name}: debug shell socket closed")
             self._buf += data
 
+    def send(self, cmd):
+        """Runs cmd in the guest without waiting for it: for `systemctl reboot`, which may
+        take the shell down before it can answer."""
+        self.sock.sendall(f"{cmd} </dev/null >/dev/null 2>&1 &\n".encode())
+
     def wait_shell(self, timeout=180):
         """After a (re)boot: until the guest's shell answers. Each try reconnects, so QEMU
         tells the new guest that the host side of the port is open."""
