@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, the whole workspace's tests (unit, the real
 # daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
-# with the aws CLI and boto3 against `nodectl dev up`, and a cluster fault check
-# against `nodectl dev up --nodes 6`.
+# with the aws CLI and boto3 against `nodectl dev up`, cluster fault and partition
+# checks against `nodectl dev up --nodes 7/6`, the userspace NVMe driver over VFIO in
+# a QEMU guest, and the firmware image built and booted by UEFI in QEMU.
 #
 #   ci/test.sh            everything (what CI runs)
 #   ci/test.sh --quick    skip fmt/clippy
@@ -28,4 +29,7 @@ echo "== cluster check: 6 nodes, kill -9 of two under load, repair, node replace
 ci/cluster-check.sh target/release
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
+echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe"
+image/build.sh
+hwtests/run.sh --quick
 echo "== all checks passed"

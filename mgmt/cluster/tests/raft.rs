@@ -29,6 +29,7 @@ async fn member() -> Member {
             s3: "127.0.0.1:2".into(),
             domain: addr.clone(),
             drives: vec![(0, 1 << 30)],
+            cert: String::new(),
         },
         heartbeat: Duration::from_millis(200),
         // Generous: a loaded 2-core CI machine can stall heartbeats for seconds.
@@ -231,4 +232,43 @@ async fn strangers_are_refused() {
         .await;
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
     assert!(a.meta.bucket("z").unwrap().is_none());
+}
+
+/// A removed node's certificate, still signed by the cluster CA, no longer reaches
+/// the members' routes: the map names each member's certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_members_lose_access() {
+    let a = member().await;
+    let token = a
+        .cluster
+        .init(
+            "rm",
+            Protection {
+                k: 1,
+                m: 1,
+                replicas: 2,
+            },
+        )
+        .await
+        .unwrap();
+    let b = member().await;
+    b.cluster.request_join(&a.addr, &token).await.unwrap();
+    b.cluster
+        .wait_member(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let heartbeat = |m: &Member| {
+        let client = m.cluster.transport().client().unwrap();
+        let url = format!("https://{}/cluster/heartbeat", a.addr);
+        let id = m.cluster.id();
+        async move { client.post(url).json(&id).send().await.unwrap().status() }
+    };
+    assert_eq!(
+        heartbeat(&b).await,
+        200,
+        "a member reaches the member routes"
+    );
+    a.cluster.remove_node(b.cluster.id()).await.unwrap();
+    assert!(!a.cluster.map().nodes.contains_key(&b.cluster.id()));
+    assert_eq!(heartbeat(&b).await, 404, "a removed member is a stranger");
 }
