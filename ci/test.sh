@@ -10,6 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# The image's Debian root (mmdebstrap: mostly downloading and unpacking packages)
+# fills its cache in the background while cargo compiles; the image step waits.
+ROOTFS_LOG=$(mktemp /tmp/cairn-rootfs.XXXXXX)
+image/build.sh --rootfs-only >"$ROOTFS_LOG" 2>&1 &
+ROOTFS_PID=$!
+trap 'kill $ROOTFS_PID 2>/dev/null || true' EXIT
 if [[ "${1:-}" != "--quick" ]]; then
   echo "== cargo fmt --check"
   cargo fmt --all -- --check
@@ -30,6 +36,7 @@ ci/cluster-check.sh target/release
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
 echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe"
+wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
 image/build.sh
 hwtests/run.sh --quick
 echo "== all checks passed"
