@@ -31,7 +31,7 @@ cargo test --workspace -- --test-threads=2
 echo "== release build and shell-level S3 check (aws CLI + boto3)"
 cargo build --release --bins
 ci/s3-check.sh target/release
-echo "== cluster check: 6 nodes, kill -9 of two under load, repair, node replacement, partition"
+echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
 ci/cluster-check.sh target/release
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
