@@ -52,6 +52,8 @@ fi
 "$BIN/nodectl" cluster status --data "$DATA"
 cleanup
 trap - EXIT
+# A failed run keeps its directory (logs, drives) for a look; a passed one goes.
+rm -rf "$DATA"
 }
 run_cluster faults
 if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
