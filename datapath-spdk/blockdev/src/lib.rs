@@ -18,10 +18,12 @@
 //! pool memory) and the io_uring submissions, each with its `// SAFETY:` argument.
 
 mod dma;
+mod identity;
 mod ram;
 mod uring;
 
 pub use dma::{DmaBuf, DmaDomain, DmaHome, DMA_ALIGN};
+pub use identity::{block_device_identity, DeviceIdentity};
 pub use ram::{RamDevice, RamFault};
 pub use uring::UringDevice;
 
@@ -72,6 +74,13 @@ pub struct DeviceInfo {
     pub num_blocks: u64,
     /// Short name for logs and reports, e.g. `uring:/var/lib/cairn/d0`.
     pub name: String,
+    /// The backend driving it: `uring`, `nvme` or `ram`.
+    pub backend: &'static str,
+    /// Where it is, without the backend: a path (`/dev/nvme0n1`), or a PCI address
+    /// and namespace (`0000:00:04.0/ns1`).
+    pub location: String,
+    /// What the hardware says it is; all `None` for files and memory.
+    pub identity: DeviceIdentity,
 }
 
 impl DeviceInfo {

@@ -75,6 +75,9 @@ impl BlockDevice for RamDevice {
             block_size: self.block_size,
             num_blocks: size / self.block_size as u64,
             name: self.name.clone(),
+            backend: "ram",
+            location: "memory".into(),
+            identity: Default::default(),
         }
     }
 

@@ -4,7 +4,8 @@
 //! descriptor is shared through an `Arc<File>` so it outlives every ring using it.
 
 use crate::{
-    check_range, BlockDevice, BlockError, Completion, DeviceInfo, DmaBuf, IoKind, QueuePair, Result,
+    check_range, BlockDevice, BlockError, Completion, DeviceIdentity, DeviceInfo, DmaBuf, IoKind,
+    QueuePair, Result,
 };
 use io_uring::{opcode, types, IoUring};
 use std::collections::HashMap;
@@ -29,6 +30,8 @@ pub struct UringDevice {
     size: u64,
     is_block: bool,
     direct: bool,
+    /// Read once at open: sysfs is not consulted on the report path.
+    identity: DeviceIdentity,
 }
 
 impl UringDevice {
@@ -80,6 +83,11 @@ impl UringDevice {
         if size == 0 {
             return Err(BlockError::Failed(format!("{} is empty", path.display())));
         }
+        let identity = if is_block {
+            crate::block_device_identity(Path::new("/sys"), meta.rdev())
+        } else {
+            DeviceIdentity::default()
+        };
         Ok(UringDevice {
             file: Arc::new(file),
             path: path.to_path_buf(),
@@ -88,6 +96,7 @@ impl UringDevice {
             size,
             is_block,
             direct,
+            identity,
         })
     }
 
@@ -103,6 +112,9 @@ impl BlockDevice for UringDevice {
             block_size: BLOCK,
             num_blocks: self.size / BLOCK as u64,
             name: format!("uring:{}", self.path.display()),
+            backend: "uring",
+            location: self.path.display().to_string(),
+            identity: self.identity.clone(),
         }
     }
 
@@ -418,7 +430,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("d0");
         let dev = UringDevice::open(&p, Some(1 << 20)).unwrap();
-        assert_eq!(dev.info().size(), 1 << 20);
+        let info = dev.info();
+        assert_eq!(info.size(), 1 << 20);
+        assert_eq!(info.backend, "uring");
+        assert_eq!(info.location, p.display().to_string());
+        // A plain file has no hardware identity.
+        assert!(info.identity.is_empty());
         roundtrip(&dev);
         dev.check().unwrap();
         let f = OpenOptions::new().write(true).open(&p).unwrap();

@@ -1,5 +1,51 @@
 //! Encoding and decoding of frames. Decoding is total: any byte string either
 //! yields a frame or a `ProtoError`, never a panic (fuzzed by `fuzz/chunkproto`).
+//!
+//! # Operations (all integers little-endian; `str` = `u16 len` + UTF-8 bytes)
+//!
+//! ```text
+//! request                                   reply (after status 0)
+//! 1 Put      drive u16, id [16], tenant u64,  1
+//!            key u32, len u32, payload
+//! 2 Get      drive u16, id [16], tenant u64   2, len u32, payload
+//! 3 Delete   drive u16, id [16], tenant u64   3, existed u8
+//! 4 Stat     drive u16, id [16], tenant u64   4, len u32, crc32c u32
+//! 5 List     drive u16, after [16], limit u32 5, n u32, n x (id [16], tenant u64)
+//! 6 DriveInfo    drive u16                    6, REPORT
+//! 7 DriveDetails drive u16                    7, REPORT, ext_len u16, ext_len bytes
+//!                                                of fields: tag u8, len u16, UTF-8
+//! REPORT = drive u16, state u8 (0 healthy, 1 failed), capacity u64, live u64,
+//!          allocated u64, chunks u64, reason str, device str
+//! ```
+//!
+//! A failure is `status` (the [`FailureCode`]), then `message str`.
+//!
+//! # Versioning of the drive report
+//!
+//! Replies are concatenated in a batch with no length per operation, so a field
+//! appended to an existing reply would make every older decoder misread the rest of
+//! the batch (and the health poller of an older mgmtd in the cluster would then see
+//! every drive of this node as failed). So the `DriveInfo` reply (op 6) is frozen in
+//! its version-1 layout, and what the drive *is* travels in a new operation,
+//! `DriveDetails` (op 7), asked for only by clients that understand it. Its reply is
+//! the same report followed by a length-prefixed block of tagged fields:
+//!
+//! | tag | field |
+//! |---|---|
+//! | 1 | backend (`uring`, `nvme`, `ram`) |
+//! | 2 | location (path, or PCI address and namespace) |
+//! | 3 | model |
+//! | 4 | serial number |
+//! | 5 | firmware revision |
+//!
+//! Every field is optional (absent = unknown), unknown tags are skipped, so later
+//! versions add tags without a new operation; a repeated tag, a field running past
+//! the block or the block past the frame, or text that is not UTF-8 is malformed.
+//! Compatibility: an old client never sends op 7 and reads op 6 as before; a new
+//! client reads op 6 from anyone (the identity is then unknown). A new client
+//! sending op 7 to a datapathd that predates it gets the connection closed
+//! ("unknown opcode"), so mgmtd sends op 7 only to its own node's datapathd, which
+//! is updated with it, never across the cluster.
 
 use crate::{
     ChunkId, DriveReport, DriveState, Failure, FailureCode, ProtoError, Reply, Request, Response,
@@ -21,6 +67,16 @@ const OP_DELETE: u8 = 3;
 const OP_STAT: u8 = 4;
 const OP_LIST: u8 = 5;
 const OP_DRIVE_INFO: u8 = 6;
+const OP_DRIVE_DETAILS: u8 = 7;
+
+/// Tags of the `DriveDetails` reply's fields.
+const TAG_BACKEND: u8 = 1;
+const TAG_LOCATION: u8 = 2;
+const TAG_MODEL: u8 = 3;
+const TAG_SERIAL: u8 = 4;
+const TAG_FIRMWARE: u8 = 5;
+/// Longest string sent in a reply (reasons, device names, identity fields).
+const MAX_TEXT: usize = 1024;
 
 const STATUS_OK: u8 = 0;
 
@@ -173,8 +229,12 @@ pub fn encode_request_batch(request_id: u64, ops: &[Request]) -> Result<Vec<Byte
                 head.put_u32_le(*limit);
                 total += 1 + 2 + 16 + 4;
             }
-            Request::DriveInfo { drive } => {
-                head.put_u8(OP_DRIVE_INFO);
+            Request::DriveInfo { drive } | Request::DriveDetails { drive } => {
+                head.put_u8(if matches!(op, Request::DriveInfo { .. }) {
+                    OP_DRIVE_INFO
+                } else {
+                    OP_DRIVE_DETAILS
+                });
                 head.put_u16_le(*drive);
                 total += 1 + 2;
             }
@@ -251,19 +311,33 @@ pub fn encode_response_batch(
                     }
                     Reply::DriveInfo(d) => {
                         head.put_u8(OP_DRIVE_INFO);
-                        head.put_u16_le(d.drive);
-                        head.put_u8(d.state as u8);
-                        head.put_u64_le(d.capacity);
-                        head.put_u64_le(d.live_bytes);
-                        head.put_u64_le(d.allocated_bytes);
-                        head.put_u64_le(d.chunks);
-                        let reason = truncate_utf8(&d.reason, 1024);
-                        let device = truncate_utf8(&d.device, 1024);
-                        head.put_u16_le(reason.len() as u16);
-                        head.put_slice(reason.as_bytes());
-                        head.put_u16_le(device.len() as u16);
-                        head.put_slice(device.as_bytes());
-                        total += 1 + 2 + 1 + 32 + 2 + reason.len() + 2 + device.len();
+                        total += 1 + put_report(&mut head, d);
+                    }
+                    Reply::DriveDetails(d) => {
+                        head.put_u8(OP_DRIVE_DETAILS);
+                        total += 1 + put_report(&mut head, d);
+                        let fields = [
+                            (TAG_BACKEND, Some(d.backend.as_str())),
+                            (TAG_LOCATION, Some(d.location.as_str())),
+                            (TAG_MODEL, d.model.as_deref()),
+                            (TAG_SERIAL, d.serial.as_deref()),
+                            (TAG_FIRMWARE, d.firmware.as_deref()),
+                        ];
+                        let mut ext = BytesMut::new();
+                        for (tag, v) in fields {
+                            // Unknown (None or blank) is said by leaving the field out.
+                            let Some(v) = v.filter(|v| !v.is_empty()) else {
+                                continue;
+                            };
+                            let v = truncate_utf8(v, MAX_TEXT);
+                            ext.put_u8(tag);
+                            ext.put_u16_le(v.len() as u16);
+                            ext.put_slice(v.as_bytes());
+                        }
+                        // At most 5 x (3 + MAX_TEXT) bytes: fits the u16 length.
+                        head.put_u16_le(ext.len() as u16);
+                        head.put_slice(&ext);
+                        total += 2 + ext.len();
                     }
                 }
             }
@@ -274,6 +348,24 @@ pub fn encode_response_batch(
     }
     patch_len(&mut parts, total)?;
     Ok(parts)
+}
+
+/// Writes the version-1 drive report (the body of a `DriveInfo` reply); returns
+/// its length.
+fn put_report(head: &mut BytesMut, d: &DriveReport) -> usize {
+    head.put_u16_le(d.drive);
+    head.put_u8(d.state as u8);
+    head.put_u64_le(d.capacity);
+    head.put_u64_le(d.live_bytes);
+    head.put_u64_le(d.allocated_bytes);
+    head.put_u64_le(d.chunks);
+    let reason = truncate_utf8(&d.reason, MAX_TEXT);
+    let device = truncate_utf8(&d.device, MAX_TEXT);
+    head.put_u16_le(reason.len() as u16);
+    head.put_slice(reason.as_bytes());
+    head.put_u16_le(device.len() as u16);
+    head.put_slice(device.as_bytes());
+    2 + 1 + 32 + 2 + reason.len() + 2 + device.len()
 }
 
 fn payload_len(p: &Bytes) -> Result<u32, ProtoError> {
@@ -401,6 +493,7 @@ fn decode_request(r: &mut Reader) -> Result<Request, ProtoError> {
             limit: r.u32()?,
         },
         OP_DRIVE_INFO => Request::DriveInfo { drive },
+        OP_DRIVE_DETAILS => Request::DriveDetails { drive },
         _ => return Err(ProtoError::Malformed("unknown opcode")),
     })
 }
@@ -438,26 +531,65 @@ fn decode_response(r: &mut Reader) -> Result<Response, ProtoError> {
             }
             Reply::List { chunks }
         }
-        OP_DRIVE_INFO => {
-            let drive = r.u16()?;
-            let state = match r.u8()? {
-                0 => DriveState::Healthy,
-                1 => DriveState::Failed,
-                _ => return Err(ProtoError::Malformed("unknown drive state")),
-            };
-            Reply::DriveInfo(DriveReport {
-                drive,
-                state,
-                capacity: r.u64()?,
-                live_bytes: r.u64()?,
-                allocated_bytes: r.u64()?,
-                chunks: r.u64()?,
-                reason: r.string()?,
-                device: r.string()?,
-            })
+        OP_DRIVE_INFO => Reply::DriveInfo(read_report(r)?),
+        OP_DRIVE_DETAILS => {
+            let mut d = read_report(r)?;
+            let len = r.u16()? as usize;
+            read_details(&mut Reader(r.bytes(len)?), &mut d)?;
+            Reply::DriveDetails(d)
         }
         _ => return Err(ProtoError::Malformed("unknown reply opcode")),
     }))
+}
+
+/// The version-1 drive report; the identity fields are left unknown.
+fn read_report(r: &mut Reader) -> Result<DriveReport, ProtoError> {
+    let drive = r.u16()?;
+    let state = match r.u8()? {
+        0 => DriveState::Healthy,
+        1 => DriveState::Failed,
+        _ => return Err(ProtoError::Malformed("unknown drive state")),
+    };
+    Ok(DriveReport {
+        drive,
+        state,
+        capacity: r.u64()?,
+        live_bytes: r.u64()?,
+        allocated_bytes: r.u64()?,
+        chunks: r.u64()?,
+        reason: r.string()?,
+        device: r.string()?,
+        backend: String::new(),
+        location: String::new(),
+        model: None,
+        serial: None,
+        firmware: None,
+    })
+}
+
+/// The tagged fields of a `DriveDetails` reply (the whole of `r`).
+fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
+    let mut seen = 0u32;
+    while !r.0.is_empty() {
+        let tag = r.u8()?;
+        let value = r.string()?;
+        if (TAG_BACKEND..=TAG_FIRMWARE).contains(&tag) {
+            if seen & (1 << tag) != 0 {
+                return Err(ProtoError::Malformed("repeated drive detail field"));
+            }
+            seen |= 1 << tag;
+        }
+        match tag {
+            TAG_BACKEND => d.backend = value,
+            TAG_LOCATION => d.location = value,
+            TAG_MODEL => d.model = Some(value),
+            TAG_SERIAL => d.serial = Some(value),
+            TAG_FIRMWARE => d.firmware = Some(value),
+            // A field of a later version: skipped, so it needs no new operation.
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -502,6 +634,7 @@ mod tests {
                 limit: 100,
             },
             Request::DriveInfo { drive: 5 },
+            Request::DriveDetails { drive: 6 },
         ]
     }
 
@@ -539,12 +672,237 @@ mod tests {
                 chunks: 2,
                 reason: "truncated".into(),
                 device: "uring:/tmp/d1".into(),
+                ..unknown_identity()
             })),
+            Ok(Reply::DriveDetails(details())),
             Err(Failure::new(FailureCode::Corrupt, "crc mismatch")),
         ];
         let mut buf = join(encode_response_batch(7, &res).unwrap());
         let frame = decode_frame(&mut buf).unwrap().unwrap();
         assert_eq!(frame.responses().unwrap(), res);
+    }
+
+    /// A report with every identity field unknown (what a `DriveInfo` reply decodes to).
+    fn unknown_identity() -> DriveReport {
+        DriveReport {
+            drive: 0,
+            state: DriveState::Healthy,
+            capacity: 0,
+            live_bytes: 0,
+            allocated_bytes: 0,
+            chunks: 0,
+            reason: String::new(),
+            device: String::new(),
+            backend: String::new(),
+            location: String::new(),
+            model: None,
+            serial: None,
+            firmware: None,
+        }
+    }
+
+    fn details() -> DriveReport {
+        DriveReport {
+            drive: 2,
+            state: DriveState::Healthy,
+            capacity: 64 << 20,
+            live_bytes: 5000,
+            allocated_bytes: 1 << 20,
+            chunks: 3,
+            reason: String::new(),
+            device: "nvme:0000:00:04.0/ns1".into(),
+            backend: "nvme".into(),
+            location: "0000:00:04.0/ns1".into(),
+            model: Some("QEMU NVMe Ctrl".into()),
+            serial: Some("SN-A0".into()),
+            firmware: Some("8.2.0".into()),
+        }
+    }
+
+    /// One response frame holding `replies`, as raw bytes.
+    fn response_bytes(replies: Vec<Response>) -> BytesMut {
+        join(encode_response_batch(9, &replies).unwrap())
+    }
+
+    /// A response frame of `count` operations whose body is `body`.
+    fn raw_response(count: u16, body: &[u8]) -> BytesMut {
+        let mut b = BytesMut::new();
+        b.put_u32_le((HEADER + body.len()) as u32);
+        b.put_u8(PROTOCOL_VERSION);
+        b.put_u8(FrameKind::Response as u8);
+        b.put_u16_le(count);
+        b.put_u64_le(9);
+        b.put_slice(body);
+        b
+    }
+
+    fn decode_responses(mut b: BytesMut) -> Result<Vec<Response>, ProtoError> {
+        decode_frame(&mut b)?
+            .ok_or(ProtoError::Malformed("incomplete"))?
+            .responses()
+    }
+
+    #[test]
+    fn drive_info_keeps_the_version_1_layout() {
+        // The bytes an old decoder expects, written out by hand: identity fields of
+        // the report must not leak into a DriveInfo reply.
+        let mut v1 = vec![STATUS_OK, OP_DRIVE_INFO];
+        v1.extend_from_slice(&2u16.to_le_bytes());
+        v1.push(0);
+        for n in [64u64 << 20, 5000, 1 << 20, 3] {
+            v1.extend_from_slice(&n.to_le_bytes());
+        }
+        v1.extend_from_slice(&0u16.to_le_bytes());
+        v1.extend_from_slice(&21u16.to_le_bytes());
+        v1.extend_from_slice(b"nvme:0000:00:04.0/ns1");
+        let got = response_bytes(vec![Ok(Reply::DriveInfo(details()))]);
+        assert_eq!(&got[4 + HEADER..], &v1[..]);
+        // And it decodes with the identity unknown.
+        match &decode_responses(got).unwrap()[0] {
+            Ok(Reply::DriveInfo(d)) => {
+                assert_eq!(d.capacity, 64 << 20);
+                assert_eq!(d.device, "nvme:0000:00:04.0/ns1");
+                assert_eq!((d.backend.as_str(), d.location.as_str()), ("", ""), "{d:?}");
+                assert_eq!((&d.model, &d.serial, &d.firmware), (&None, &None, &None));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn drive_details_round_trip_with_any_fields_absent() {
+        let full = details();
+        let mut none = details();
+        none.backend.clear();
+        none.location.clear();
+        none.model = None;
+        none.serial = None;
+        none.firmware = None;
+        let mut some = details();
+        some.model = None;
+        some.firmware = None;
+        // Each inside a batch with a reply after it: the fields are self-delimiting.
+        for d in [full, none, some] {
+            let res = vec![
+                Ok(Reply::DriveDetails(d.clone())),
+                Ok(Reply::Stat { len: 1, crc32c: 2 }),
+            ];
+            assert_eq!(decode_responses(response_bytes(res.clone())).unwrap(), res);
+        }
+        // Over-long identity strings are cut on a character boundary, not refused.
+        let mut long = details();
+        long.model = Some("é".repeat(1000));
+        match &decode_responses(response_bytes(vec![Ok(Reply::DriveDetails(long))])).unwrap()[0] {
+            Ok(Reply::DriveDetails(d)) => {
+                assert_eq!(d.model.as_deref(), Some("é".repeat(512).as_str()))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The body of a DriveDetails reply up to its fields block.
+    fn details_head() -> Vec<u8> {
+        let b = response_bytes(vec![Ok(Reply::DriveInfo(details()))]);
+        let mut v = b[4 + HEADER..].to_vec();
+        v[1] = OP_DRIVE_DETAILS;
+        v
+    }
+
+    fn with_fields(fields: &[u8]) -> BytesMut {
+        let mut body = details_head();
+        body.extend_from_slice(&(fields.len() as u16).to_le_bytes());
+        body.extend_from_slice(fields);
+        raw_response(1, &body)
+    }
+
+    fn field(tag: u8, v: &[u8]) -> Vec<u8> {
+        let mut f = vec![tag];
+        f.extend_from_slice(&(v.len() as u16).to_le_bytes());
+        f.extend_from_slice(v);
+        f
+    }
+
+    #[test]
+    fn drive_details_skip_unknown_fields_and_refuse_bad_ones() {
+        // A later version's field (tag 42) is skipped; known ones are read.
+        let fields = [field(42, b"future"), field(TAG_SERIAL, b"S1")].concat();
+        match &decode_responses(with_fields(&fields)).unwrap()[0] {
+            Ok(Reply::DriveDetails(d)) => {
+                assert_eq!(d.serial.as_deref(), Some("S1"));
+                assert_eq!(d.model, None);
+                assert_eq!(d.backend, "");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An empty block: every field unknown.
+        assert!(decode_responses(with_fields(&[])).is_ok());
+        let bad: Vec<Vec<u8>> = vec![
+            // Repeated field.
+            [field(TAG_MODEL, b"a"), field(TAG_MODEL, b"b")].concat(),
+            // Not UTF-8.
+            field(TAG_MODEL, &[0xff, 0xfe]),
+            // A field longer than the block.
+            {
+                let mut f = field(TAG_MODEL, b"abc");
+                f[1] = 200;
+                f
+            },
+            // A tag without its length.
+            vec![TAG_MODEL],
+            vec![TAG_MODEL, 1],
+        ];
+        for f in bad {
+            assert!(
+                matches!(
+                    decode_responses(with_fields(&f)),
+                    Err(ProtoError::Malformed(_))
+                ),
+                "{f:?}"
+            );
+        }
+        // A block length running past the frame.
+        let mut body = details_head();
+        body.extend_from_slice(&1000u16.to_le_bytes());
+        body.extend_from_slice(&field(TAG_MODEL, b"x"));
+        assert!(decode_responses(raw_response(1, &body)).is_err());
+        // A block length shorter than its fields leaves trailing bytes.
+        let mut body = details_head();
+        body.extend_from_slice(&2u16.to_le_bytes());
+        body.extend_from_slice(&field(TAG_MODEL, b"x"));
+        assert!(decode_responses(raw_response(1, &body)).is_err());
+    }
+
+    #[test]
+    fn truncated_and_garbled_drive_reports_are_errors_not_panics() {
+        let full = response_bytes(vec![
+            Ok(Reply::DriveDetails(details())),
+            Ok(Reply::DriveInfo(details())),
+        ]);
+        let body = &full[4 + HEADER..];
+        // Every truncation of the body (with the frame length fixed up) fails cleanly.
+        for cut in 0..body.len() {
+            let r = decode_responses(raw_response(2, &body[..cut]));
+            assert!(r.is_err(), "cut at {cut} decoded: {r:?}");
+        }
+        // Every single-byte corruption either decodes or is an error: never a panic.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..body.len() {
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let mut b = body.to_vec();
+                b[i] = x as u8;
+                let _ = decode_responses(raw_response(2, &b));
+            }
+        }
+        // A failed-state report with a bad state byte is malformed.
+        let mut b = body.to_vec();
+        b[4] = 7;
+        assert!(matches!(
+            decode_responses(raw_response(2, &b)),
+            Err(ProtoError::Malformed("unknown drive state"))
+        ));
     }
 
     #[test]

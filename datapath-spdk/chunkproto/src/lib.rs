@@ -137,6 +137,11 @@ pub enum Request {
     },
     /// The state and space of one drive.
     DriveInfo { drive: DriveIndex },
+    /// `DriveInfo` plus what the drive is: backend, location, model, serial,
+    /// firmware (answered with [`Reply::DriveDetails`]). A separate operation so
+    /// that the `DriveInfo` reply keeps its version-1 layout for older peers; see
+    /// the codec's documentation.
+    DriveDetails { drive: DriveIndex },
 }
 
 impl Request {
@@ -148,7 +153,8 @@ impl Request {
             | Request::Delete { drive, .. }
             | Request::Stat { drive, .. }
             | Request::List { drive, .. }
-            | Request::DriveInfo { drive } => *drive,
+            | Request::DriveInfo { drive }
+            | Request::DriveDetails { drive } => *drive,
         }
     }
 }
@@ -183,6 +189,7 @@ impl fmt::Debug for Request {
                 limit,
             } => write!(f, "List(drive={drive}, after={after}, limit={limit})"),
             Request::DriveInfo { drive } => write!(f, "DriveInfo(drive={drive})"),
+            Request::DriveDetails { drive } => write!(f, "DriveDetails(drive={drive})"),
         }
     }
 }
@@ -268,17 +275,41 @@ pub struct DriveReport {
     pub reason: String,
     /// The backend and path, for operators.
     pub device: String,
+    /// The backend driving it (`uring`, `nvme`, `ram`). This and the fields below
+    /// travel only in a `DriveDetails` reply: empty / `None` in a `DriveInfo`
+    /// reply, and whenever the server did not say.
+    pub backend: String,
+    /// Where it is: a path (`/dev/nvme0n1`, a file), or a PCI address and
+    /// namespace (`0000:00:04.0/ns1`).
+    pub location: String,
+    /// Model, serial number and firmware revision, where the hardware reports them
+    /// (NVMe Identify, sysfs); `None` for files and memory.
+    pub model: Option<String>,
+    pub serial: Option<String>,
+    pub firmware: Option<String>,
 }
 
 /// The successful result of one operation.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Reply {
     Put,
-    Get { payload: Bytes },
-    Delete { existed: bool },
-    Stat { len: u32, crc32c: u32 },
-    List { chunks: Vec<(ChunkId, TenantId)> },
+    Get {
+        payload: Bytes,
+    },
+    Delete {
+        existed: bool,
+    },
+    Stat {
+        len: u32,
+        crc32c: u32,
+    },
+    List {
+        chunks: Vec<(ChunkId, TenantId)>,
+    },
+    /// State and space; the identity fields of the report are not sent.
     DriveInfo(DriveReport),
+    /// The whole report, identity included.
+    DriveDetails(DriveReport),
 }
 
 impl fmt::Debug for Reply {
@@ -289,7 +320,7 @@ impl fmt::Debug for Reply {
             Reply::Delete { existed } => write!(f, "Delete(existed={existed})"),
             Reply::Stat { len, crc32c } => write!(f, "Stat(len={len}, crc={crc32c:08x})"),
             Reply::List { chunks } => write!(f, "List({} chunks)", chunks.len()),
-            Reply::DriveInfo(r) => write!(f, "{r:?}"),
+            Reply::DriveInfo(r) | Reply::DriveDetails(r) => write!(f, "{r:?}"),
         }
     }
 }

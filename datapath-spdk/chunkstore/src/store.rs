@@ -7,7 +7,7 @@
 use crate::format::*;
 use crate::{Result, StoreError};
 use bytes::Bytes;
-use cairn_blockdev::{BlockDevice, BlockError, Completion, DmaBuf, QueuePair};
+use cairn_blockdev::{BlockDevice, BlockError, Completion, DeviceInfo, DmaBuf, QueuePair};
 use cairn_chunkproto::{ChunkId, TenantId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -126,7 +126,8 @@ enum Io {
 pub struct ChunkStore {
     qp: Box<dyn QueuePair>,
     sb: Superblock,
-    name: String,
+    /// The device as it was at open (backend, location, identity, geometry).
+    device: DeviceInfo,
     segs: Vec<Seg>,
     free: BTreeSet<u32>,
     open: Option<u32>,
@@ -140,7 +141,7 @@ pub struct ChunkStore {
 impl std::fmt::Debug for ChunkStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkStore")
-            .field("device", &self.name)
+            .field("device", &self.device.name)
             .field("chunks", &self.index.len())
             .field("failed", &self.failed)
             .finish()
@@ -351,7 +352,7 @@ impl ChunkStore {
         }
         let mut store = ChunkStore {
             qp,
-            name: info.name,
+            device: info,
             sb,
             segs,
             free: BTreeSet::new(),
@@ -372,13 +373,18 @@ impl ChunkStore {
                 store.free.insert(i as u32);
             }
         }
-        tracing::debug!(device = %store.name, chunks = store.index.len(), free = store.free.len(), "chunk store open");
+        tracing::debug!(device = %store.device.name, chunks = store.index.len(), free = store.free.len(), "chunk store open");
         Ok(store)
     }
 
     /// The drive's superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
+    }
+
+    /// The device the store lives on, as it was when the store was opened.
+    pub fn device(&self) -> &DeviceInfo {
+        &self.device
     }
 
     /// Why the store failed, if it did.
@@ -406,7 +412,7 @@ impl ChunkStore {
             if let Err(e) = r {
                 let msg = e.to_string();
                 if self.failed.is_none() {
-                    tracing::error!(device = %self.name, "I/O error, failing the store: {msg}");
+                    tracing::error!(device = %self.device.name, "I/O error, failing the store: {msg}");
                     self.failed = Some(msg);
                 }
             }
@@ -937,7 +943,7 @@ impl ChunkStore {
                 Err(_) => false,
             };
             if !ok {
-                tracing::error!(device = %self.name, chunk = %id, "corrupt record found by compaction; segment {} kept", e.seg);
+                tracing::error!(device = %self.device.name, chunk = %id, "corrupt record found by compaction; segment {} kept", e.seg);
                 return Err(StoreError::Corrupt(format!(
                     "chunk {id} in segment {}",
                     e.seg
@@ -1013,7 +1019,7 @@ impl ChunkStore {
         for &s in &picked {
             self.release(s)?;
         }
-        tracing::debug!(device = %self.name, sources = picked.len(), target = t, records = moves.len(), "compacted");
+        tracing::debug!(device = %self.device.name, sources = picked.len(), target = t, records = moves.len(), "compacted");
         Ok(picked.len() - 1)
     }
 

@@ -2,7 +2,9 @@
 //! and mutated inputs into the wire decoder and the on-disk parsers, none may panic.
 
 use bytes::{Bytes, BytesMut};
-use cairn_chunkproto::{encode_request_batch, encode_response_batch, ChunkId, Reply, Request};
+use cairn_chunkproto::{
+    encode_request_batch, encode_response_batch, ChunkId, DriveReport, DriveState, Reply, Request,
+};
 use cairn_chunkstore::format;
 
 struct Rng(u64);
@@ -65,7 +67,23 @@ fn decoders_never_panic() {
             limit: 9,
         },
         Request::DriveInfo { drive: 3 },
+        Request::DriveDetails { drive: 1 },
     ];
+    let report = DriveReport {
+        drive: 1,
+        state: DriveState::Failed,
+        capacity: 1 << 30,
+        live_bytes: 7,
+        allocated_bytes: 1 << 20,
+        chunks: 1,
+        reason: "gone".into(),
+        device: "nvme:0000:00:04.0/ns1".into(),
+        backend: "nvme".into(),
+        location: "0000:00:04.0/ns1".into(),
+        model: Some("QEMU NVMe Ctrl".into()),
+        serial: Some("SN-A0".into()),
+        firmware: None,
+    };
     let proto_seeds = [
         join(encode_request_batch(1, &reqs).unwrap()),
         join(
@@ -79,6 +97,8 @@ fn decoders_never_panic() {
                     Ok(Reply::List {
                         chunks: vec![(ChunkId::from_u128(1), 4)],
                     }),
+                    Ok(Reply::DriveDetails(report.clone())),
+                    Ok(Reply::DriveInfo(report)),
                 ],
             )
             .unwrap(),

@@ -199,6 +199,16 @@ fn restart_rebuilds_index_from_sealed_and_unsealed_segments() {
         drop(s); // no close: a crash
         let mut s = b.open();
         assert_eq!(s.report().chunks, 39);
+        // The store keeps the device it opened, for drive reports.
+        let dev = s.device();
+        assert_eq!(dev.size(), 8 << 20);
+        match &b {
+            Backend::Ram(_) => assert_eq!(dev.backend, "ram"),
+            Backend::File(_, p) => {
+                assert_eq!(dev.backend, "uring");
+                assert_eq!(dev.location, p.display().to_string());
+            }
+        }
         for n in (0..40).filter(|&n| n != 5) {
             assert_has(&mut s, n, 60_000);
         }

@@ -106,13 +106,16 @@ struct Drive {
 impl Drive {
     fn mark_failed(&mut self, why: String) {
         if self.failed.is_none() {
-            tracing::error!(drive = self.index, device = %self.dev.info().name, "drive failed: {why}");
+            tracing::error!(drive = self.index, device = %self.store.device().name, "drive failed: {why}");
             self.failed = Some(why);
         }
     }
 
     fn report(&self) -> DriveReport {
         let r = self.store.report();
+        // The store's view of its device: read once at open, so a report never
+        // touches sysfs or the controller, and a failed drive still says what it is.
+        let dev = self.store.device();
         DriveReport {
             drive: self.index,
             state: if self.failed.is_some() {
@@ -125,7 +128,12 @@ impl Drive {
             allocated_bytes: r.allocated_bytes,
             chunks: r.chunks,
             reason: self.failed.clone().unwrap_or_default(),
-            device: self.dev.info().name,
+            device: dev.name.clone(),
+            backend: dev.backend.to_string(),
+            location: dev.location.clone(),
+            model: dev.identity.model.clone(),
+            serial: dev.identity.serial.clone(),
+            firmware: dev.identity.firmware.clone(),
         }
     }
 
@@ -232,6 +240,7 @@ impl Drive {
                 let r = match op {
                     Request::Put { .. } | Request::Delete { .. } => continue,
                     Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report())),
+                    Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report())),
                     _ if self.failed.is_some() => Err(self.failed_response()),
                     Request::Get { id, tenant, .. } => {
                         gpos.push((b, i));

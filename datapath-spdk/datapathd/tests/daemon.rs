@@ -456,10 +456,89 @@ async fn nvme_backend_on_emulated_controllers() {
         Ok(Reply::DriveInfo(rep)) => {
             assert_eq!(rep.state, DriveState::Healthy);
             assert!(rep.device.starts_with("nvme:emu:"), "{}", rep.device);
+            // DriveInfo keeps its version-1 reply: no identity on the wire.
+            assert_eq!(rep.model, None);
         }
         other => panic!("{other:?}"),
     }
+    // DriveDetails: what each emulated controller said in Identify Controller, and
+    // one store's space accounting.
+    let r = c
+        .call(vec![
+            Request::DriveDetails { drive: 0 },
+            Request::DriveDetails { drive: 1 },
+            Request::DriveDetails { drive: 2 },
+        ])
+        .await
+        .unwrap();
+    for (drive, serial, mib) in [(0usize, "CAIRN-EMU-0", 64u64), (1, "CAIRN-EMU-1", 32)] {
+        match &r[drive] {
+            Ok(Reply::DriveDetails(rep)) => {
+                assert_eq!(rep.drive, drive as u16);
+                assert_eq!(rep.state, DriveState::Healthy);
+                assert_eq!(rep.backend, "nvme");
+                assert_eq!(rep.location, format!("emu:{serial}/ns1"));
+                assert_eq!(rep.model.as_deref(), Some("Cairn emulated NVMe"));
+                assert_eq!(rep.serial.as_deref(), Some(serial));
+                assert_eq!(rep.firmware.as_deref(), Some("1.0"));
+                assert_eq!(rep.chunks, 1);
+                assert!(
+                    rep.capacity > (mib - 4) << 20 && rep.capacity <= mib << 20,
+                    "{rep:?}"
+                );
+            }
+            other => panic!("drive {drive}: {other:?}"),
+        }
+    }
+    assert_eq!(code(&r[2]), Some(FailureCode::BadRequest));
     assert!(d.terminate(), "SIGTERM did not exit 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uring_drive_details_name_the_file_and_survive_its_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, specs) = drives(dir.path(), 2, "16M");
+    let d = Daemon::start(dir.path(), &specs, &[]);
+    let c = d.client();
+    let details = |r: &Response| match r {
+        Ok(Reply::DriveDetails(rep)) => rep.clone(),
+        other => panic!("{other:?}"),
+    };
+    let r = c
+        .call(vec![
+            put(1, 5, 1, payload(5, 1000)),
+            Request::DriveDetails { drive: 0 },
+            Request::DriveDetails { drive: 1 },
+        ])
+        .await
+        .unwrap();
+    assert!(r[0].is_ok());
+    for (i, p) in paths.iter().enumerate() {
+        let rep = details(&r[1 + i]);
+        assert_eq!(rep.backend, "uring");
+        assert_eq!(rep.location, p.display().to_string());
+        assert_eq!(rep.device, format!("uring:{}", p.display()));
+        // A plain file: no model, serial or firmware to report.
+        assert_eq!(
+            (&rep.model, &rep.serial, &rep.firmware),
+            (&None, &None, &None)
+        );
+        assert_eq!(rep.state, DriveState::Healthy);
+        assert_eq!(rep.chunks, i as u64);
+    }
+    std::fs::remove_file(&paths[0]).unwrap();
+    let why = wait_failed(&c, 0).await;
+    // A failed drive still says what and where it is, and why it failed.
+    let rep = details(
+        &c.call(vec![Request::DriveDetails { drive: 0 }])
+            .await
+            .unwrap()[0],
+    );
+    assert_eq!(rep.state, DriveState::Failed);
+    assert_eq!(rep.reason, why);
+    assert!(rep.reason.contains("gone"), "{}", rep.reason);
+    assert_eq!(rep.location, paths[0].display().to_string());
+    assert_eq!(rep.backend, "uring");
 }
 
 #[test]

@@ -23,7 +23,7 @@ use crate::hw::pool::DmaPool;
 use crate::qpair::NvmeQueuePair;
 use crate::spec::{self, admin, cc, cns, csts, feature, reg, Cap, IdentifyController, PAGE};
 use crate::{NvmeError, Result};
-use cairn_blockdev::{BlockDevice, BlockError, DeviceInfo, DmaBuf, QueuePair};
+use cairn_blockdev::{BlockDevice, BlockError, DeviceIdentity, DeviceInfo, DmaBuf, QueuePair};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -512,10 +512,20 @@ impl NvmeNamespace {
 
 impl BlockDevice for NvmeNamespace {
     fn info(&self) -> DeviceInfo {
+        let location = format!("{}/ns{}", self.shared.name, self.ns.nsid);
+        let id = &self.shared.id;
         DeviceInfo {
             block_size: self.ns.lba_size,
             num_blocks: self.ns.blocks,
-            name: format!("nvme:{}/ns{}", self.shared.name, self.ns.nsid),
+            name: format!("nvme:{location}"),
+            backend: "nvme",
+            location,
+            // Identify data is whatever the controller wrote: cleaned for display.
+            identity: DeviceIdentity {
+                model: DeviceIdentity::clean(&id.model),
+                serial: DeviceIdentity::clean(&id.serial),
+                firmware: DeviceIdentity::clean(&id.firmware),
+            },
         }
     }
 

@@ -57,7 +57,11 @@ impl EmuNamespace {
 /// What the emulated controller reports and allows.
 #[derive(Debug, Clone)]
 pub struct EmuConfig {
+    /// Identify Controller's serial number, model and firmware revision (what
+    /// operators see of the drive; truncated to 20, 40 and 8 bytes).
     pub serial: String,
+    pub model: String,
+    pub firmware: String,
     /// Namespaces 1, 2, ... in order.
     pub namespaces: Vec<EmuNamespace>,
     /// CAP.MQES + 1.
@@ -79,6 +83,8 @@ impl Default for EmuConfig {
     fn default() -> Self {
         EmuConfig {
             serial: "CAIRN-EMU-0".into(),
+            model: "Cairn emulated NVMe".into(),
+            firmware: "1.0".into(),
             namespaces: vec![EmuNamespace::bytes(12, 64 << 20)],
             max_queue_entries: 1024,
             mdts: 5,
@@ -601,8 +607,8 @@ impl EmulatedController {
                     cns::CONTROLLER => IdentifyController {
                         vid: 0x1b36,
                         serial: st.cfg.serial.clone(),
-                        model: "Cairn emulated NVMe".into(),
-                        firmware: "1.0".into(),
+                        model: st.cfg.model.clone(),
+                        firmware: st.cfg.firmware.clone(),
                         mdts: st.cfg.mdts,
                         cntlid: 1,
                         version: 0x0001_0400,

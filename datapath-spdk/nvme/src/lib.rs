@@ -103,6 +103,8 @@ pub struct DriveOpener {
     sysfs: PathBuf,
     config: DriverConfig,
     controllers: HashMap<Bdf, NvmeController>,
+    /// Emulated controllers made so far: each gets its own serial number.
+    emulated: usize,
 }
 
 impl DriveOpener {
@@ -112,6 +114,7 @@ impl DriveOpener {
             sysfs: sysfs.into(),
             config,
             controllers: HashMap::new(),
+            emulated: 0,
         }
     }
 
@@ -131,8 +134,10 @@ impl DriveOpener {
         match spec.parse::<DriveSpec>()? {
             DriveSpec::Pci { bdf, nsid } => self.controller(bdf)?.namespace(nsid),
             DriveSpec::Emulated { size } => {
+                let serial = format!("CAIRN-EMU-{}", self.emulated);
+                self.emulated += 1;
                 let emu = EmulatedController::new(EmuConfig {
-                    serial: format!("CAIRN-EMU-{}", self.controllers.len()),
+                    serial,
                     namespaces: vec![EmuNamespace::bytes(12, size)],
                     ..EmuConfig::default()
                 });
@@ -175,5 +180,18 @@ mod tests {
         ] {
             assert!(bad.parse::<DriveSpec>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn emulated_drives_have_distinct_serials() {
+        use cairn_blockdev::BlockDevice;
+        let mut o = DriveOpener::new("/nonexistent", DriverConfig::default());
+        let a = o.open("emu:2M").unwrap().info();
+        let b = o.open("emu:2M").unwrap().info();
+        assert_eq!(a.identity.serial.as_deref(), Some("CAIRN-EMU-0"));
+        assert_eq!(b.identity.serial.as_deref(), Some("CAIRN-EMU-1"));
+        assert_eq!(a.identity.model.as_deref(), Some("Cairn emulated NVMe"));
+        assert_eq!(a.location, "emu:CAIRN-EMU-0/ns1");
+        assert_eq!(a.name, "nvme:emu:CAIRN-EMU-0/ns1");
     }
 }

@@ -106,7 +106,32 @@ fn identify_controller_and_namespaces() {
     let info = d.info();
     assert_eq!((info.block_size, info.size()), (512, 4 << 20));
     assert!(info.name.ends_with("/ns2"), "{}", info.name);
+    // What operators see of the drive: Identify Controller, through the block device.
+    assert_eq!(info.backend, "nvme");
+    assert!(info.location.ends_with("/ns2"), "{}", info.location);
+    assert_eq!(info.identity.serial.as_deref(), Some("SN-IDENT"));
+    assert_eq!(info.identity.model.as_deref(), Some("Cairn emulated NVMe"));
+    assert_eq!(info.identity.firmware.as_deref(), Some("1.0"));
     assert!(matches!(ctrl.namespace(3), Err(NvmeError::Invalid(_))));
+}
+
+#[test]
+fn identity_strings_from_the_controller_are_cleaned() {
+    // A controller may write anything into Identify data: control characters are
+    // dropped, padding trimmed, and blank fields are unknown rather than "".
+    let (_emu, ctrl) = setup(
+        EmuConfig {
+            serial: "  \u{1}SN\u{7}-9\n".into(),
+            model: "Evil\u{1b}[2J Drive".into(),
+            firmware: "        ".into(),
+            ..EmuConfig::default()
+        },
+        DriverConfig::default(),
+    );
+    let id = ctrl.namespace(1).unwrap().info().identity;
+    assert_eq!(id.serial.as_deref(), Some("SN-9"));
+    assert_eq!(id.model.as_deref(), Some("Evil[2J Drive"));
+    assert_eq!(id.firmware, None);
 }
 
 #[test]

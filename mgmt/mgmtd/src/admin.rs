@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use cairn_chunkproto::DriveState;
+use cairn_chunkproto::{ChunkClient, DriveReport, DriveState, Reply, Request};
 use cairn_objects::{ObjectStore, StoreStatus};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -17,12 +17,101 @@ use std::sync::Arc;
 pub struct DriveStatus {
     pub index: u16,
     pub device: String,
+    /// `healthy` or `failed` (then `reason` says why).
     pub state: String,
     pub reason: String,
     pub capacity_bytes: u64,
     pub used_bytes: u64,
     pub allocated_bytes: u64,
     pub chunks: u64,
+    /// `uring`, `nvme` or `ram`; empty when unknown. This and the fields below are
+    /// known for the node's own drives (`/v1/drives`, and `/v1/status` of a single
+    /// node); `default` so a newer nodectl reads an older mgmtd's answers.
+    #[serde(default)]
+    pub backend: String,
+    /// A path, or a PCI address and namespace.
+    #[serde(default)]
+    pub location: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub serial: Option<String>,
+    #[serde(default)]
+    pub firmware: Option<String>,
+}
+
+impl From<DriveReport> for DriveStatus {
+    fn from(r: DriveReport) -> Self {
+        DriveStatus {
+            index: r.drive,
+            device: r.device,
+            state: match r.state {
+                DriveState::Healthy => "healthy".into(),
+                DriveState::Failed => "failed".into(),
+            },
+            reason: r.reason,
+            capacity_bytes: r.capacity,
+            used_bytes: r.live_bytes,
+            allocated_bytes: r.allocated_bytes,
+            chunks: r.chunks,
+            backend: r.backend,
+            location: r.location,
+            model: r.model,
+            serial: r.serial,
+            firmware: r.firmware,
+        }
+    }
+}
+
+/// The node's own drives, for `nodectl drives` (`GET /v1/drives`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeDrives {
+    pub drives: Vec<DriveStatus>,
+}
+
+/// The node's own datapathd: where `/v1/drives` asks, in single-node and cluster
+/// mode alike (and before the node has joined a cluster).
+#[derive(Clone, Debug)]
+pub(crate) struct LocalDatapath {
+    pub client: ChunkClient,
+    /// Drives it serves, indices `0..drives`.
+    pub drives: u16,
+}
+
+impl LocalDatapath {
+    /// Every drive's report, identity included. `DriveDetails` goes only to this
+    /// node's datapathd, never through the fabric to peers: a peer running an older
+    /// datapathd would close the connection on the unknown operation (see
+    /// cairn-chunkproto's codec documentation).
+    async fn drives(&self) -> Result<Vec<DriveStatus>, Failure> {
+        let unavailable = |e: String| {
+            fail(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("datapath at {} unavailable: {e}", self.client.addr()),
+            )
+        };
+        let ops = (0..self.drives)
+            .map(|drive| Request::DriveDetails { drive })
+            .collect();
+        let replies = self
+            .client
+            .call(ops)
+            .await
+            .map_err(|e| unavailable(e.to_string()))?;
+        let mut out = Vec::with_capacity(replies.len());
+        for (drive, r) in (0..self.drives).zip(replies) {
+            match r {
+                Ok(Reply::DriveDetails(d)) => out.push(d.into()),
+                Ok(other) => {
+                    return Err(unavailable(format!(
+                        "drive {drive}: unexpected reply {other:?}"
+                    )))
+                }
+                Err(f) => return Err(unavailable(format!("drive {drive}: {f}"))),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// The node, for `nodectl status`.
@@ -55,6 +144,7 @@ pub(crate) enum Target {
 #[derive(Clone)]
 struct App {
     target: Target,
+    local: LocalDatapath,
     token: Arc<String>,
     data: PathBuf,
 }
@@ -103,6 +193,7 @@ impl App {
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     target: Target,
+    local: LocalDatapath,
     token: String,
     data: PathBuf,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -110,6 +201,7 @@ pub(crate) async fn serve(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/status", get(status))
+        .route("/v1/drives", get(drives))
         .route("/v1/cluster/init", post(cluster_init))
         .route("/v1/cluster/join", post(cluster_join))
         .route("/v1/cluster/status", get(cluster_status))
@@ -118,6 +210,7 @@ pub(crate) async fn serve(
         .route("/v1/cluster/remove", post(cluster_remove))
         .with_state(App {
             target,
+            local,
             token: Arc::new(token),
             data,
         });
@@ -154,24 +247,19 @@ async fn status(
         .status()
         .await
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))?;
-    let (health, drives) = match store.drive_reports().await {
-        Ok(reports) => {
-            let drives: Vec<DriveStatus> = reports
-                .into_iter()
-                .map(|r| DriveStatus {
-                    index: r.drive,
-                    device: r.device,
-                    state: match r.state {
-                        DriveState::Healthy => "healthy".into(),
-                        DriveState::Failed => "failed".into(),
-                    },
-                    reason: r.reason,
-                    capacity_bytes: r.capacity,
-                    used_bytes: r.live_bytes,
-                    allocated_bytes: r.allocated_bytes,
-                    chunks: r.chunks,
-                })
-                .collect();
+    // A single node's drives are its own datapathd's: ask it what they are too. A
+    // cluster member lists every drive of the cluster by cluster-wide id, through
+    // the fabric, with state and space only.
+    let reports = match &app.target {
+        Target::Single(_) => app.local.drives().await.map_err(|(_, e)| e),
+        Target::Cluster(_) => store
+            .drive_reports()
+            .await
+            .map(|r| r.into_iter().map(DriveStatus::from).collect())
+            .map_err(|e| e.to_string()),
+    };
+    let (health, drives) = match reports {
+        Ok(drives) => {
             let failed = drives.iter().any(|d| d.state != "healthy");
             let h = if failed { "degraded" } else { "healthy" };
             (h.to_string(), drives)
@@ -200,6 +288,14 @@ async fn status(
         repaired_fragments: s.repaired_fragments,
         unreadable_reads: s.unreadable,
         collected_chunks: s.collected_chunks,
+    }))
+}
+
+/// `GET /v1/drives`: the node's own drives with what they are, state and space.
+async fn drives(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeDrives>, Failure> {
+    app.check(&headers)?;
+    Ok(Json(NodeDrives {
+        drives: app.local.drives().await?,
     }))
 }
 

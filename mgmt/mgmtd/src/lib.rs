@@ -9,7 +9,7 @@ mod admin;
 mod cluster;
 mod credentials;
 
-pub use admin::{DriveStatus, NodeStatus};
+pub use admin::{DriveStatus, NodeDrives, NodeStatus};
 pub use cluster::{ClusterOpts, ClusterStatus, NodeView};
 pub use credentials::{
     load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,
@@ -77,6 +77,10 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     if let Some(opts) = cfg.cluster.clone() {
         return run_cluster(cfg, opts, root, meta, local).await;
     }
+    let own = admin::LocalDatapath {
+        client: local.clone(),
+        drives: cfg.store.drives,
+    };
     let fabric = cairn_objects::Fabric::single(local, cfg.store.drives);
     let store = ObjectStore::new(meta.clone(), Arc::new(meta), fabric, cfg.store.clone())?;
 
@@ -124,6 +128,7 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
         admin::Target::Single(store.clone()),
+        own,
         token,
         cfg.data.clone(),
         stopped(stop_rx.clone()),
@@ -224,6 +229,10 @@ async fn run_cluster(
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
         admin::Target::Cluster(node.clone()),
+        admin::LocalDatapath {
+            client: local.clone(),
+            drives: cfg.store.drives,
+        },
         token,
         cfg.data.clone(),
         stopped(stop_rx.clone()),

@@ -6,8 +6,9 @@ use crate::NodectlError;
 use cairn_mgmtd::ClusterStatus;
 use std::path::PathBuf;
 
-/// Which node's admin API a command talks to: a node of a local dev cluster
-/// (`--data DIR --node K`), or any node by address with its token file.
+/// Which node's admin API a command talks to: a node started by `nodectl dev up`
+/// (`--data DIR`, and `--node K` in a local cluster), or any node by address with
+/// its token file.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Target {
     /// Data directory of a local cluster (`nodectl dev up --nodes N`).
@@ -36,7 +37,7 @@ impl Target {
                     token: token.trim().to_string(),
                 })
             }
-            None => crate::devcluster::admin_of(&self.data, self.node),
+            None => crate::admin::of_dev(&self.data, self.node),
         }
     }
 }

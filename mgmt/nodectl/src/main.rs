@@ -5,6 +5,7 @@ mod admin;
 mod cluster;
 mod dev;
 mod devcluster;
+mod drives;
 mod nodeos;
 mod status;
 
@@ -61,6 +62,15 @@ enum Cmd {
     Node {
         #[command(subcommand)]
         cmd: NodeCmd,
+    },
+    /// Each drive of a node: backend, device, model, serial, firmware, capacity,
+    /// used bytes, chunks and health.
+    Drives {
+        #[command(flatten)]
+        target: cluster::Target,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
     },
     /// Drives, capacity, objects and health of a node.
     Status {
@@ -229,6 +239,7 @@ async fn main() -> std::process::ExitCode {
             NodeCmd::MarkGood(a) => nodeos::mark_good(a),
         },
         Cmd::Flash(a) => nodeos::flash(a),
+        Cmd::Drives { target, json } => drives::show(&target, json).await,
         Cmd::Status { data, json } => status::show(&data, json).await,
     };
     match res {

@@ -65,14 +65,24 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
         "DRIVE", "STATE", "USED", "CAPACITY", "CHUNKS"
     );
     for d in &status.drives {
+        // What the drive is, where the node knows (`nodectl drives` has it all).
+        let what: Vec<&str> = [&d.model, &d.serial]
+            .into_iter()
+            .filter_map(|v| v.as_deref())
+            .collect();
         println!(
-            "{:<6}{:<9}{:>11}{:>11}{:>9}  {}{}",
+            "{:<6}{:<9}{:>11}{:>11}{:>9}  {}{}{}",
             d.index,
             d.state,
             human(d.used_bytes),
             human(d.capacity_bytes),
             d.chunks,
             d.device,
+            if what.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", what.join(", "))
+            },
             if d.reason.is_empty() {
                 String::new()
             } else {
@@ -83,7 +93,7 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
     Ok(())
 }
 
-fn human(b: u64) -> String {
+pub(crate) fn human(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b as f64;
     let mut u = 0;

@@ -179,6 +179,10 @@ impl Fabric {
                         d.drive = global[i];
                         Ok(Reply::DriveInfo(d))
                     }
+                    Ok(Reply::DriveDetails(mut d)) => {
+                        d.drive = global[i];
+                        Ok(Reply::DriveDetails(d))
+                    }
                     other => other,
                 }
             })
@@ -223,5 +227,6 @@ fn with_drive(op: Request, local: u16) -> Request {
             limit,
         },
         Request::DriveInfo { .. } => Request::DriveInfo { drive: local },
+        Request::DriveDetails { .. } => Request::DriveDetails { drive: local },
     }
 }

@@ -1,9 +1,13 @@
 //! Handing NVMe controllers to vfio-pci for the userspace driver, through sysfs:
-//! `driver_override`, unbind from the current driver, bind to vfio-pci.
+//! `driver_override`, unbind from the current driver, bind to vfio-pci; and handing
+//! them back to the kernel's `nvme` driver on request ([`release`]), for maintenance
+//! with the kernel's tools (nvme-cli firmware updates, secure erase) or to take a
+//! drive out of Cairn.
 //!
-//! The sysfs root is a parameter, so tests run against a fake tree. Nothing is unbound
-//! unless vfio-pci can take the device (driver loaded, IOMMU group present): a controller
-//! left without any driver would be a drive lost for this boot.
+//! The sysfs and procfs roots are parameters, so tests run against fake trees. Nothing
+//! is unbound unless the driver it goes to can take the device (vfio-pci: loaded, IOMMU
+//! group present; nvme: loaded): a controller left without any driver would be a drive
+//! lost for this boot.
 
 use crate::drives::is_pci_address;
 use crate::NodeosError;
@@ -11,6 +15,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const VFIO_DRIVER: &str = "vfio-pci";
+/// The kernel's NVMe driver, which [`release`] gives controllers back to.
+pub const NVME_DRIVER: &str = "nvme";
+/// PCI class of an NVMe controller (mass storage, non-volatile memory, NVMe).
+const NVME_CLASS: u32 = 0x010802;
 
 /// What [`bind`] did to one device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +128,195 @@ pub fn verify(sys: &Path, bdf: &str) -> Result<(), NodeosError> {
             format!("no driver after binding to {VFIO_DRIVER}"),
         )),
     }
+}
+
+/// What [`release`] did to one device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub pci_address: String,
+    /// It was on the nvme driver already; nothing was unbound.
+    pub already_released: bool,
+}
+
+/// NVMe controllers (PCI class 0x010802) bound to vfio-pci, in address order: what
+/// `nodeos release-drives` without arguments releases.
+pub fn vfio_nvme_controllers(sys: &Path) -> Vec<String> {
+    let Ok(rd) = std::fs::read_dir(sys.join("bus/pci/devices")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = rd
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|bdf| is_pci_address(bdf))
+        .filter(|bdf| {
+            let class = crate::read_attr(&device_dir(sys, bdf).join("class")).unwrap_or_default();
+            u32::from_str_radix(class.trim_start_matches("0x"), 16).ok() == Some(NVME_CLASS)
+                && driver_of(sys, bdf).as_deref() == Some(VFIO_DRIVER)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Processes holding the VFIO group `group` open (`<proc>/<pid>/fd/*` linking to
+/// `/dev/vfio/<group>`): datapathd, while it drives the controller. Processes whose
+/// descriptors cannot be read are skipped.
+pub fn vfio_group_users(proc: &Path, group: &str) -> Vec<u32> {
+    let target = PathBuf::from("/dev/vfio").join(group);
+    let Ok(rd) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(proc.join(pid.to_string()).join("fd"))
+                .map(|fds| {
+                    fds.flatten()
+                        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == target))
+                })
+                .unwrap_or(false)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Give `bdf` back to the kernel's nvme driver: clear `driver_override` (it names
+/// vfio-pci and would keep nvme off), unbind vfio-pci, bind nvme. Checks first that
+/// the device exists, is on vfio-pci (a device on any other driver is not ours to
+/// move), that the nvme driver is loaded, and, unless `force`, that no process holds
+/// its VFIO group open: unbinding a device datapathd still drives makes the kernel
+/// ask datapathd for it back, which fails that drive there (a hot unplug).
+pub fn release(sys: &Path, proc: &Path, bdf: &str, force: bool) -> Result<Release, NodeosError> {
+    if !is_pci_address(bdf) {
+        return Err(err(bdf, "not a PCI address (DDDD:BB:DD.F)"));
+    }
+    let dev = device_dir(sys, bdf);
+    if !dev.exists() {
+        return Err(err(bdf, format!("{} does not exist", dev.display())));
+    }
+    let current = driver_of(sys, bdf);
+    match current.as_deref() {
+        Some(NVME_DRIVER) => {
+            return Ok(Release {
+                pci_address: bdf.to_string(),
+                already_released: true,
+            })
+        }
+        Some(VFIO_DRIVER) | None => {}
+        Some(other) => {
+            return Err(err(
+                bdf,
+                format!("bound to {other}, not {VFIO_DRIVER}: left alone"),
+            ))
+        }
+    }
+    let nvme_dir = sys.join("bus/pci/drivers").join(NVME_DRIVER);
+    if !nvme_dir.is_dir() {
+        return Err(err(
+            bdf,
+            format!(
+                "the {NVME_DRIVER} driver is not loaded ({} is missing; modprobe nvme)",
+                nvme_dir.display()
+            ),
+        ));
+    }
+    if !force {
+        if let Some(group) = iommu_group(sys, bdf) {
+            let users = vfio_group_users(proc, &group);
+            if !users.is_empty() {
+                return Err(err(
+                    bdf,
+                    format!(
+                        "in use: /dev/vfio/{group} is open in process {} (datapathd?);                          stop cairn-datapathd first, or use --force",
+                        users
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    // "\n" clears the override (an empty write is refused by the kernel).
+    write_attr(&dev.join("driver_override"), "\n", bdf)?;
+    if current.is_some() {
+        write_attr(&dev.join("driver/unbind"), bdf, bdf)?;
+    }
+    if let Err(bind) = write_attr(&nvme_dir.join("bind"), bdf, bdf) {
+        // Let the kernel pick a driver rather than leave the controller without one.
+        return match write_attr(&sys.join("bus/pci/drivers_probe"), bdf, bdf) {
+            Ok(()) => Err(err(
+                bdf,
+                format!("{bind}; asked the kernel to probe a driver for it instead"),
+            )),
+            Err(probe) => Err(err(
+                bdf,
+                format!("{bind}; {probe}; it has no driver until the next boot"),
+            )),
+        };
+    }
+    Ok(Release {
+        pci_address: bdf.to_string(),
+        already_released: false,
+    })
+}
+
+/// Check that `bdf` ended up on the nvme driver after [`release`].
+pub fn verify_released(sys: &Path, bdf: &str) -> Result<(), NodeosError> {
+    match driver_of(sys, bdf) {
+        Some(d) if d == NVME_DRIVER => Ok(()),
+        Some(d) => Err(err(
+            bdf,
+            format!("still bound to {d} after binding to {NVME_DRIVER}"),
+        )),
+        None => Err(err(
+            bdf,
+            format!("no driver after binding to {NVME_DRIVER}"),
+        )),
+    }
+}
+
+/// `nodeos release-drives [BDF...]`: releases the named controllers, or with none
+/// named every NVMe controller on vfio-pci, each verified to be on nvme afterwards.
+/// Loads the nvme driver with `modprobe` first when it is missing (a node running
+/// the `nvme` backend never loads it). One result per controller, in order; an error
+/// on one does not stop the others.
+pub fn release_drives(
+    paths: &crate::Paths,
+    bdfs: &[String],
+    force: bool,
+    modprobe: Option<&Path>,
+) -> Vec<(String, Result<Release, NodeosError>)> {
+    let targets = if bdfs.is_empty() {
+        vfio_nvme_controllers(&paths.sys)
+    } else {
+        bdfs.to_vec()
+    };
+    if !targets.is_empty() && !paths.sys.join("bus/pci/drivers").join(NVME_DRIVER).is_dir() {
+        if let Some(mp) = modprobe {
+            match std::process::Command::new(mp).arg(NVME_DRIVER).status() {
+                Ok(s) if s.success() => {}
+                Ok(s) => tracing::warn!("{} {NVME_DRIVER}: {s}", mp.display()),
+                Err(e) => tracing::warn!("{} {NVME_DRIVER}: {e}", mp.display()),
+            }
+        }
+    }
+    targets
+        .into_iter()
+        .map(|bdf| {
+            let r = release(&paths.sys, &paths.proc, &bdf, force).and_then(|r| {
+                if !r.already_released {
+                    verify_released(&paths.sys, &bdf)?;
+                    tracing::info!(pci = %bdf, "NVMe controller released to the nvme driver");
+                }
+                Ok(r)
+            });
+            (bdf, r)
+        })
+        .collect()
 }
 
 #[cfg(test)]

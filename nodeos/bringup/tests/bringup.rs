@@ -641,3 +641,150 @@ fn cluster_mode_wires_the_peer_listener_and_its_certificates() {
         "{margs}"
     );
 }
+
+/// The fake node after an `nvme`-backend bring-up: 0000:00:04.0 and 0000:00:05.0 on
+/// vfio-pci (the boot disk 0000:00:03.0 still on nvme), every one an NVMe-class PCI
+/// function, and the drivers' bind/unbind files.
+fn node_on_vfio() -> Node {
+    let n = Node::new();
+    let drivers = n.sys().join("bus/pci/drivers");
+    for f in [
+        "vfio-pci/bind",
+        "vfio-pci/unbind",
+        "nvme/bind",
+        "nvme/unbind",
+    ] {
+        w(&drivers.join(f), "");
+    }
+    for bdf in ["0000:00:03.0", "0000:00:04.0", "0000:00:05.0"] {
+        let dev = n.sys().join("bus/pci/devices").join(bdf);
+        w(&dev.join("class"), "0x010802\n");
+        if bdf != "0000:00:03.0" {
+            fs::remove_file(dev.join("driver")).unwrap();
+            symlink(drivers.join("vfio-pci"), dev.join("driver")).unwrap();
+            w(&dev.join("driver_override"), "vfio-pci\n");
+        }
+    }
+    n
+}
+
+/// What the kernel does on the writes the fake records: the device moves to `driver`.
+fn kernel_binds(n: &Node, bdf: &str, driver: &str) {
+    let link = n.sys().join("bus/pci/devices").join(bdf).join("driver");
+    fs::remove_file(&link).unwrap();
+    symlink(n.sys().join("bus/pci/drivers").join(driver), &link).unwrap();
+}
+
+#[test]
+fn release_drives_gives_vfio_controllers_back_to_nvme() {
+    use cairn_nodeos::vfio::{release_drives, vfio_group_users, vfio_nvme_controllers};
+    let n = node_on_vfio();
+    let sys = n.sys().to_path_buf();
+    // A NIC on vfio-pci is not an NVMe controller: never released by default.
+    let nic = sys.join("bus/pci/devices/0000:00:09.0");
+    w(&nic.join("class"), "0x020000\n");
+    symlink(sys.join("bus/pci/drivers/vfio-pci"), nic.join("driver")).unwrap();
+    assert_eq!(
+        vfio_nvme_controllers(&sys),
+        vec!["0000:00:04.0".to_string(), "0000:00:05.0".to_string()]
+    );
+    // datapathd (pid 4242) holds 0000:00:04.0's VFIO group (1) open.
+    let fd = n.paths.proc.join("4242/fd");
+    fs::create_dir_all(&fd).unwrap();
+    symlink("/dev/vfio/vfio", fd.join("3")).unwrap();
+    symlink("/dev/vfio/1", fd.join("4")).unwrap();
+    fs::create_dir_all(n.paths.proc.join("self")).unwrap();
+    assert_eq!(vfio_group_users(&n.paths.proc, "1"), vec![4242]);
+    assert!(vfio_group_users(&n.paths.proc, "2").is_empty());
+
+    let results = release_drives(&n.paths, &[], false, None);
+    let (bdfs, rs): (Vec<String>, Vec<_>) = results.into_iter().unzip();
+    assert_eq!(bdfs, ["0000:00:04.0", "0000:00:05.0"]);
+    // The controller in use is refused and left untouched.
+    let e = rs[0].as_ref().unwrap_err().to_string();
+    assert!(e.contains("in use") && e.contains("4242"), "{e}");
+    let dev = |bdf: &str| sys.join("bus/pci/devices").join(bdf);
+    assert_eq!(
+        n.read(&dev("0000:00:04.0").join("driver_override")),
+        "vfio-pci\n"
+    );
+    // The other one: override cleared, unbound from vfio-pci, bound to nvme. The fake
+    // kernel does not move the link, so verification says where it still is.
+    let e = rs[1].as_ref().unwrap_err().to_string();
+    assert!(e.contains("0000:00:05.0: still bound to vfio-pci"), "{e}");
+    assert_eq!(n.read(&dev("0000:00:05.0").join("driver_override")), "\n");
+    assert_eq!(
+        n.read(&sys.join("bus/pci/drivers/vfio-pci/unbind")),
+        "0000:00:05.0"
+    );
+    assert_eq!(
+        n.read(&sys.join("bus/pci/drivers/nvme/bind")),
+        "0000:00:05.0"
+    );
+    // Once the kernel has bound it, releasing it again is a no-op that says so.
+    kernel_binds(&n, "0000:00:05.0", "nvme");
+    fs::write(sys.join("bus/pci/drivers/nvme/bind"), "").unwrap();
+    let r = release_drives(&n.paths, &["0000:00:05.0".into()], false, None);
+    assert!(r[0].1.as_ref().unwrap().already_released);
+    assert_eq!(n.read(&sys.join("bus/pci/drivers/nvme/bind")), "");
+    // The boot disk was never on vfio-pci: already released, nothing written.
+    let r = release_drives(&n.paths, &["0000:00:03.0".into()], false, None);
+    assert!(r[0].1.as_ref().unwrap().already_released);
+    assert_eq!(
+        n.read(&dev("0000:00:03.0").join("driver_override")),
+        "(null)\n"
+    );
+
+    // --force takes the one in use, and verification passes once the kernel moved it.
+    let r = release_drives(&n.paths, &["0000:00:04.0".into()], true, None);
+    assert!(r[0].1.is_err(), "{r:?}");
+    assert_eq!(
+        n.read(&sys.join("bus/pci/drivers/nvme/bind")),
+        "0000:00:04.0"
+    );
+    kernel_binds(&n, "0000:00:04.0", "nvme");
+    cairn_nodeos::vfio::verify_released(&sys, "0000:00:04.0").unwrap();
+    assert!(vfio_nvme_controllers(&sys).is_empty());
+    assert!(release_drives(&n.paths, &[], false, None).is_empty());
+}
+
+#[test]
+fn release_drives_refuses_what_it_cannot_hand_over() {
+    use cairn_nodeos::vfio::release_drives;
+    let n = node_on_vfio();
+    let sys = n.sys().to_path_buf();
+    let first = |bdfs: &[&str]| -> String {
+        let bdfs: Vec<String> = bdfs.iter().map(|s| s.to_string()).collect();
+        let r = release_drives(&n.paths, &bdfs, false, None);
+        r.into_iter()
+            .next()
+            .unwrap()
+            .1
+            .map(|r| format!("{r:?}"))
+            .unwrap_or_else(|e| format!("error: {e}"))
+    };
+    for bad in ["", "0000:00:04", "../../../etc", "0000:00:04.0/x"] {
+        assert!(first(&[bad]).contains("not a PCI address"), "{bad}");
+    }
+    assert!(first(&["0000:00:0a.0"]).contains("does not exist"));
+    // A device some other driver holds is not ours to move.
+    let other = sys.join("bus/pci/devices/0000:00:04.0/driver");
+    fs::remove_file(&other).unwrap();
+    w(&sys.join("bus/pci/drivers/virtio-pci/unbind"), "");
+    symlink(sys.join("bus/pci/drivers/virtio-pci"), &other).unwrap();
+    let e = first(&["0000:00:04.0"]);
+    assert!(
+        e.contains("bound to virtio-pci") && e.contains("left alone"),
+        "{e}"
+    );
+    assert_eq!(n.read(&sys.join("bus/pci/drivers/virtio-pci/unbind")), "");
+    // Without the nvme driver nothing is unbound: the controller keeps vfio-pci.
+    fs::remove_dir_all(sys.join("bus/pci/drivers/nvme")).unwrap();
+    let e = first(&["0000:00:05.0"]);
+    assert!(e.contains("nvme driver is not loaded"), "{e}");
+    assert_eq!(n.read(&sys.join("bus/pci/drivers/vfio-pci/unbind")), "");
+    assert_eq!(
+        n.read(&sys.join("bus/pci/devices/0000:00:05.0/driver_override")),
+        "vfio-pci\n"
+    );
+}

@@ -31,6 +31,18 @@ enum Cmd {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Give NVMe controllers back to the kernel's nvme driver (from vfio-pci, where
+    /// bring-up put them for the `nvme` backend): the named ones, or every NVMe
+    /// controller on vfio-pci. Stop cairn-datapathd first; the next `nodeos up`
+    /// (boot) binds them to vfio-pci again.
+    ReleaseDrives {
+        /// PCI addresses (DDDD:BB:DD.F); none: every NVMe controller on vfio-pci.
+        bdfs: Vec<String>,
+        /// Release even when a process (datapathd) holds the controller's VFIO group
+        /// open: the kernel then takes it away from that process (its drive fails).
+        #[arg(long)]
+        force: bool,
+    },
     /// Wait until a file exists (a daemon's --ready-file).
     WaitFile {
         path: PathBuf,
@@ -76,6 +88,7 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Ready { timeout } => node_ready(&paths, Duration::from_secs(timeout)),
+        Cmd::ReleaseDrives { bdfs, force } => release_drives(&paths, &bdfs, force),
         Cmd::WaitFile { path, timeout } => {
             match ready::wait_file(
                 &path,
@@ -89,6 +102,31 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+fn release_drives(paths: &Paths, bdfs: &[String], force: bool) -> ExitCode {
+    let modprobe = PathBuf::from("/sbin/modprobe");
+    let results = cairn_nodeos::vfio::release_drives(paths, bdfs, force, Some(&modprobe));
+    if results.is_empty() {
+        println!("nodeos: no NVMe controller is bound to vfio-pci");
+        return ExitCode::SUCCESS;
+    }
+    let mut ok = true;
+    for (bdf, r) in results {
+        match r {
+            Ok(r) if r.already_released => println!("{bdf}: already on the nvme driver"),
+            Ok(_) => println!("{bdf}: released to the nvme driver"),
+            Err(e) => {
+                ok = false;
+                eprintln!("nodeos: {e}");
+            }
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 
