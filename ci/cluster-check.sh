@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Cluster checks (ci/cluster_check.py says what each step asserts):
-#  1. a 6-node local cluster (`nodectl dev up --nodes 6`), real S3 clients (boto3)
-#     through every node, kill -9 of two nodes under load, every object read back
-#     by hash, restart to full protection, a node wiped and replaced;
+#  1. a 7-node local cluster (`nodectl dev up --nodes 7 --ec 4+2`: one node more
+#     than a stripe is wide, so writes go on with two nodes down and a node can be
+#     drained), real S3 clients (boto3) through every node, kill -9 of two nodes
+#     under load, every object read back by hash, restart to full protection, a node
+#     wiped and replaced, a node drained and removed;
 #  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
 #     the leader and one more node cut off under load, then healed.
 #
@@ -18,7 +20,9 @@ export CAIRN_ROOT_SECRET_KEY="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' 
 BASE=127.0.$((100 + RANDOM % 100)).10
 extra=()
 [[ $1 == partition ]] && extra=(--netns)
-"$BIN/nodectl" dev up --nodes 6 --drives 2 --drive-size 2G --data "$DATA" \
+nodes=6
+[[ $1 == faults ]] && nodes=7
+"$BIN/nodectl" dev up --nodes $nodes --ec 4+2 --drives 2 --drive-size 2G --data "$DATA" \
   --base-ip "$BASE" --repair-grace 10 "${extra[@]}" >"$DATA/dev-up.log" 2>&1 &
 SUP=$!
 cleanup() {
@@ -38,7 +42,7 @@ grep -q 'nodes serving S3' "$DATA/dev-up.log" || { cat "$DATA/dev-up.log"; exit 
 if [[ $1 == partition ]]; then
   args=(--partition)
 else
-  args=(--objects 60 --wipe 3)
+  args=(--objects 60 --wipe 3 --drain 5)
 fi
 if ! timeout 900 python3 ci/cluster_check.py --nodectl "$BIN/nodectl" --data "$DATA" "${args[@]}"; then
   echo "cluster-check: FAILED; logs:" >&2
@@ -48,6 +52,8 @@ fi
 "$BIN/nodectl" cluster status --data "$DATA"
 cleanup
 trap - EXIT
+# A failed run keeps its directory (logs, drives) for a look; a passed one goes.
+rm -rf "$DATA"
 }
 run_cluster faults
 if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then

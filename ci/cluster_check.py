@@ -120,6 +120,10 @@ def main():
                     help="then wipe this node (drives and state), let it rejoin as a new "
                          "node, and wait until its share is rebuilt (needs a short "
                          "--repair-grace on dev up)")
+    ap.add_argument("--drain", type=int, default=0,
+                    help="then drain this node: removal is refused while it holds "
+                         "fragments, allowed once repair has moved them all, and every "
+                         "object still reads back with the node stopped")
     a = ap.parse_args()
     c = Cluster(a.nodectl, a.data)
     dev = c.dev()
@@ -285,6 +289,37 @@ def main():
             sys.exit(f"FAIL: after removing {old}: {st}")
         print(f"old node {old} removed; still fully protected", flush=True)
         read_all([n["node"] for n in nodes], "after replacing a node")
+
+    if a.drain:
+        d = a.drain
+        via = [n["node"] for n in nodes if n["node"] != d][0]
+        target = [n for n in c.dev()["nodes"] if n["node"] == d][0]["id"]
+        sh(c.nodectl, "node", "drain", target, "--data", c.data, "--node", str(via))
+        refused = subprocess.run(
+            [c.nodectl, "node", "remove", target, "--data", c.data, "--node", str(via)],
+            capture_output=True, text=True)
+        if refused.returncode == 0:
+            sys.exit(f"FAIL: node {target} was removed while it still held fragments")
+        print(f"node {d} ({target}) draining; removal refused meanwhile: "
+              f"{refused.stderr.strip().splitlines()[-1] if refused.stderr else '?'}", flush=True)
+        t = time.time()
+        while True:
+            r = subprocess.run(
+                [c.nodectl, "node", "remove", target, "--data", c.data, "--node", str(via)],
+                capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            if time.time() - t > a.protect_timeout:
+                sys.exit(f"FAIL: drained node still holds fragments after "
+                         f"{a.protect_timeout:.0f} s: {r.stderr.strip()} {c.status(via)}")
+            time.sleep(2)
+        st = c.status(via)
+        if any(n["id"] == target for n in st["nodes"]) or not st["fully_protected"]:
+            sys.exit(f"FAIL: after draining and removing {target}: {st}")
+        print(f"node {d} drained in {time.time()-t:.1f} s and removed; "
+              f"still fully protected: {st['objects']}", flush=True)
+        c.stop(d)
+        read_all([n["node"] for n in nodes if n["node"] != d], "with the drained node stopped")
     print("cluster check passed")
 
 

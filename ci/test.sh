@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, the whole workspace's tests (unit, the real
 # daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
-# with the aws CLI and boto3 against `nodectl dev up`, and a cluster fault check
-# against `nodectl dev up --nodes 6`.
+# with the aws CLI and boto3 against `nodectl dev up`, cluster fault and partition
+# checks against `nodectl dev up --nodes 7/6`, the userspace NVMe driver over VFIO in
+# a QEMU guest, and the firmware image built and booted by UEFI in QEMU.
 #
 #   ci/test.sh            everything (what CI runs)
 #   ci/test.sh --quick    skip fmt/clippy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# The image's Debian root (mmdebstrap: mostly downloading and unpacking packages)
+# fills its cache in the background while cargo compiles; the image step waits.
+ROOTFS_LOG=$(mktemp /tmp/cairn-rootfs.XXXXXX)
+image/build.sh --rootfs-only >"$ROOTFS_LOG" 2>&1 &
+ROOTFS_PID=$!
+trap 'kill $ROOTFS_PID 2>/dev/null || true' EXIT
 if [[ "${1:-}" != "--quick" ]]; then
   echo "== cargo fmt --check"
   cargo fmt --all -- --check
@@ -24,6 +31,12 @@ cargo test --workspace -- --test-threads=2
 echo "== release build and shell-level S3 check (aws CLI + boto3)"
 cargo build --release --bins
 ci/s3-check.sh target/release
-echo "== cluster check: 6 nodes, kill -9 of two under load, repair, node replacement"
+echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
 ci/cluster-check.sh target/release
+echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
+hwtests/nvme-vfio/run.sh
+echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe"
+wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
+image/build.sh
+hwtests/run.sh --quick
 echo "== all checks passed"

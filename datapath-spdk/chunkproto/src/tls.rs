@@ -24,6 +24,46 @@ use std::sync::Arc;
 pub const CA_FILE: &str = "ca.pem";
 pub const CERT_FILE: &str = "node.pem";
 pub const KEY_FILE: &str = "node.key";
+/// The certificates (SHA-256, hex, one per line) of the cluster's current members,
+/// rewritten by mgmtd on every map change. A peer whose certificate is not listed is
+/// refused even though the cluster CA signed it: that is how a removed node loses
+/// access. Without the file, any certificate of the cluster CA is accepted.
+pub const PEERS_FILE: &str = "peers";
+
+/// Reads [`PEERS_FILE`] from `dir`: `None` when it does not exist.
+pub fn load_peers(dir: &Path) -> Result<Option<std::collections::HashSet<[u8; 32]>>, TlsError> {
+    let p = dir.join(PEERS_FILE);
+    let text = match std::fs::read_to_string(&p) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(TlsError::Read {
+                path: p.display().to_string(),
+                source,
+            })
+        }
+    };
+    let mut set = std::collections::HashSet::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let fp = parse_sha256_hex(line).ok_or_else(|| TlsError::Pem {
+            what: p.display().to_string(),
+            why: format!("{line:?} is not a SHA-256 in hex"),
+        })?;
+        set.insert(fp);
+    }
+    Ok(Some(set))
+}
+
+fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
+    if s.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
 
 /// Errors building TLS configurations.
 #[derive(Debug, thiserror::Error)]

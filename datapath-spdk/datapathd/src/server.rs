@@ -35,8 +35,14 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the TLS directory is re-read.
 const TLS_RELOAD: Duration = Duration::from_secs(2);
 
-/// The peer listener's TLS acceptor, once the node has a certificate.
-type Acceptor = watch::Receiver<Option<tokio_rustls::TlsAcceptor>>;
+/// The peer listener's TLS acceptor, once the node has a certificate, and the
+/// certificates of the cluster's current members (`None`: any of the CA's).
+#[derive(Clone)]
+struct PeerTls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    members: Option<Arc<std::collections::HashSet<[u8; 32]>>>,
+}
+type Acceptor = watch::Receiver<Option<PeerTls>>;
 
 /// Keeps the acceptor in step with the TLS directory: a certificate written there
 /// (at cluster init or join) is picked up without a restart, a bad one is logged
@@ -49,20 +55,30 @@ fn watch_tls(dir: std::path::PathBuf) -> Acceptor {
             let stamp = [
                 cairn_chunkproto::tls::CERT_FILE,
                 cairn_chunkproto::tls::KEY_FILE,
+                cairn_chunkproto::tls::PEERS_FILE,
             ]
             .iter()
             .map(|f| std::fs::read(dir.join(f)).unwrap_or_default())
             .collect::<Vec<_>>()
             .concat();
             if !stamp.is_empty() && last.as_ref() != Some(&stamp) {
-                match NodeTls::load(&dir).and_then(|t| t.map(|t| t.server_config(true)).transpose())
-                {
-                    Ok(Some(cfg)) => {
-                        tracing::info!(dir = %dir.display(), "peer TLS certificate loaded");
-                        tx.send_replace(Some(tokio_rustls::TlsAcceptor::from(cfg)));
+                let loaded = NodeTls::load(&dir)
+                    .and_then(|t| t.map(|t| t.server_config(true)).transpose())
+                    .and_then(|cfg| Ok((cfg, cairn_chunkproto::tls::load_peers(&dir)?)));
+                match loaded {
+                    Ok((Some(cfg), members)) => {
+                        tracing::info!(
+                            dir = %dir.display(),
+                            members = members.as_ref().map(|m| m.len()),
+                            "peer TLS certificate loaded"
+                        );
+                        tx.send_replace(Some(PeerTls {
+                            acceptor: tokio_rustls::TlsAcceptor::from(cfg),
+                            members: members.map(Arc::new),
+                        }));
                         last = Some(stamp);
                     }
-                    Ok(None) => {}
+                    Ok((None, _)) => {}
                     Err(e) => {
                         tracing::warn!(dir = %dir.display(), "peer TLS material unusable: {e}");
                         last = Some(stamp);
@@ -95,15 +111,44 @@ async fn accept_peer(
     stop: watch::Receiver<bool>,
 ) {
     let peer = stream.peer_addr().ok();
-    let Some(acceptor) = acceptor.borrow().clone() else {
+    let Some(peer_tls) = acceptor.borrow().clone() else {
         tracing::debug!(
             ?peer,
             "peer connection refused: this node has no certificate yet"
         );
         return;
     };
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(tls)) => connection(tls, router, stop).await,
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, peer_tls.acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            let Some(fp) = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| cairn_chunkproto::tls::cert_sha256(c))
+            else {
+                return;
+            };
+            let member = |t: &Option<PeerTls>| {
+                t.as_ref()
+                    .is_some_and(|t| t.members.as_ref().is_none_or(|m| m.contains(&fp)))
+            };
+            if !member(&acceptor.borrow()) {
+                tracing::warn!(
+                    ?peer,
+                    "peer refused: its certificate is not a current member's"
+                );
+                return;
+            }
+            // A node removed from the cluster loses the connections it holds too.
+            let mut members = acceptor.clone();
+            tokio::select! {
+                _ = connection(tls, router, stop) => {}
+                _ = members.wait_for(|t| !member(t)) => {
+                    tracing::warn!(?peer, "peer dropped: its certificate is no longer a member's");
+                }
+            }
+        }
         Ok(Err(e)) => tracing::warn!(?peer, "peer TLS handshake refused: {e}"),
         Err(_) => tracing::warn!(?peer, "peer TLS handshake timed out"),
     }

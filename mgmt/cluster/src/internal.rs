@@ -14,10 +14,20 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Cluster {
+    /// Whether a peer presenting `cert` (already verified against the cluster CA
+    /// by the handshake) is a member: its certificate must be one the map names.
+    /// A node not yet in the map cannot tell and accepts any cluster certificate:
+    /// that is how the leader's first Raft messages reach a joiner.
+    fn admits(&self, cert_sha256_hex: &str) -> bool {
+        let map = self.map();
+        !map.nodes.contains_key(&self.id) || map.knows_cert(cert_sha256_hex)
+    }
+
     /// Serves the internal API on `listener` until `stop` resolves.
     pub async fn serve_internal(
         self: &Arc<Self>,
@@ -45,7 +55,7 @@ impl Cluster {
                 tracing::debug!(%peer, "internal connection refused: no certificate yet");
                 continue;
             };
-            let (full, public) = (full.clone(), public.clone());
+            let (full, public, me) = (full.clone(), public.clone(), self.clone());
             conns.spawn(async move {
                 let acceptor = tokio_rustls::TlsAcceptor::from(certified.server.clone());
                 let tls =
@@ -57,9 +67,20 @@ impl Cluster {
                         }
                         Err(_) => return,
                     };
-                let member = tls.get_ref().1.peer_certificates().is_some();
-                let app = if member { full } else { public };
-                let svc = hyper_util::service::TowerToHyperService::new(app);
+                let fingerprint = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| crate::pki::hex(&cairn_chunkproto::tls::cert_sha256(c)));
+                // Decided per request, not per connection: a node removed from the
+                // map loses the member routes on connections it already holds.
+                let svc = tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let member = fingerprint.as_deref().is_some_and(|fp| me.admits(fp));
+                    let app = if member { full.clone() } else { public.clone() };
+                    app.oneshot(req)
+                });
+                let svc = hyper_util::service::TowerToHyperService::new(svc);
                 if let Err(e) = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(tls), svc)
                     .await

@@ -146,6 +146,21 @@ impl Transport {
         Ok(())
     }
 
+    /// Records the certificates of the current members (SHA-256, hex) for the
+    /// node's datapathd, which refuses peers not listed.
+    pub fn write_members(&self, fingerprints: &[&str]) -> Result<(), ClusterError> {
+        let st = |e: std::io::Error| ClusterError::State(format!("{}: {e}", self.dir.display()));
+        std::fs::create_dir_all(&self.dir).map_err(st)?;
+        let mut body = fingerprints.join("\n");
+        body.push('\n');
+        write_private(
+            &self.dir.join(cairn_chunkproto::tls::PEERS_FILE),
+            &body,
+            0o644,
+        )
+        .map_err(st)
+    }
+
     /// The node's TLS identity, once it has one.
     pub fn certified(&self) -> Option<Arc<Certified>> {
         self.state.borrow().clone()
@@ -359,16 +374,19 @@ impl Cluster {
             protection,
         })
         .await?;
-        self.propose_map(MapChange::AddNode {
-            node: self.advert(),
-            at_ms: now_ms(),
-        })
-        .await?;
         // The first member certifies itself with the CA it just made.
         let key = pki::NodeKey::generate()?;
         let cert = pki::issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
         self.transport
             .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
+        self.propose_map(MapChange::AddNode {
+            node: NodeAdvert {
+                cert: pki::fingerprint(&cert)?,
+                ..self.advert()
+            },
+            at_ms: now_ms(),
+        })
+        .await?;
         pki::token(&secrets)
     }
 
@@ -452,8 +470,12 @@ impl Cluster {
         pki::check_token(&secrets, &req.token)?;
         let cluster_id = self.map().cluster_id.clone();
         let cert_pem = pki::issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
+        // The map names the certificate: peers accept it while the node is listed.
         self.propose_map(MapChange::AddNode {
-            node: req.node.clone(),
+            node: NodeAdvert {
+                cert: pki::fingerprint(&cert_pem)?,
+                ..req.node.clone()
+            },
             at_ms: now_ms(),
         })
         .await?;

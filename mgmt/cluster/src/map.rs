@@ -31,6 +31,11 @@ pub struct NodeRecord {
     /// moves its fragments elsewhere. Independent of `state`, so a draining node
     /// that goes down and comes back is still draining.
     pub draining: bool,
+    /// SHA-256 (hex) of the certificate the cluster issued to the node. Peers
+    /// accept a member's connection only with a certificate named here, so a
+    /// removed node's certificate stops working the moment it leaves the map.
+    #[serde(default)]
+    pub cert: String,
 }
 
 /// A drive as the map knows it.
@@ -88,6 +93,9 @@ pub struct NodeAdvert {
     pub domain: String,
     /// (local index, capacity) of each drive.
     pub drives: Vec<(u16, u64)>,
+    /// SHA-256 (hex) of its certificate; empty keeps the one the map has.
+    #[serde(default)]
+    pub cert: String,
 }
 
 /// One change to the map, proposed through Raft.
@@ -163,6 +171,11 @@ impl ClusterMap {
                     Some(o) => (NodeState::Up, *at_ms, o.draining),
                     None => (NodeState::Up, *at_ms, false),
                 };
+                let cert = match (node.cert.is_empty(), old) {
+                    (false, _) => node.cert.clone(),
+                    (true, Some(o)) => o.cert.clone(),
+                    (true, None) => String::new(),
+                };
                 self.next_drive = next;
                 self.nodes.insert(
                     node.id,
@@ -177,6 +190,7 @@ impl ClusterMap {
                         state,
                         since_ms,
                         draining,
+                        cert,
                     },
                 );
             }
@@ -215,6 +229,11 @@ impl ClusterMap {
             .find_map(|n| n.drives.iter().find(|d| d.id == id).map(|d| (n, d.local)))
     }
 
+    /// Whether a certificate (by its SHA-256, hex) belongs to a node of the map.
+    pub fn knows_cert(&self, sha256_hex: &str) -> bool {
+        !sha256_hex.is_empty() && self.nodes.values().any(|n| n.cert == sha256_hex)
+    }
+
     /// Number of nodes in each state.
     pub fn count(&self, state: NodeState) -> usize {
         self.nodes.values().filter(|n| n.state == state).count()
@@ -233,6 +252,7 @@ mod tests {
             s3: format!("127.0.0.{id}:9000"),
             domain: format!("node-{id}"),
             drives: (0..drives).map(|d| (d, 8 << 30)).collect(),
+            cert: format!("{id:064x}"),
         }
     }
 
@@ -317,5 +337,32 @@ mod tests {
         })
         .unwrap();
         assert!(m.nodes[&1].draining, "drain survives a re-announcement");
+    }
+
+    #[test]
+    fn certificates_are_known_while_their_node_is_in_the_map() {
+        let mut m = ClusterMap::default();
+        m.apply(&MapChange::AddNode {
+            node: advert(1, 1),
+            at_ms: 0,
+        })
+        .unwrap();
+        let fp = format!("{:064x}", 1);
+        assert!(m.knows_cert(&fp));
+        assert!(!m.knows_cert(""));
+        // A re-announcement without a certificate keeps it.
+        let mut again = advert(1, 1);
+        again.cert.clear();
+        m.apply(&MapChange::AddNode {
+            node: again,
+            at_ms: 1,
+        })
+        .unwrap();
+        assert!(m.knows_cert(&fp));
+        m.apply(&MapChange::Remove { node: 1 }).unwrap();
+        assert!(
+            !m.knows_cert(&fp),
+            "a removed node's certificate is refused"
+        );
     }
 }

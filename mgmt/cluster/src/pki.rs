@@ -184,6 +184,13 @@ fn ca_fingerprint(secrets: &Secrets) -> Result<[u8; 32], ClusterError> {
     Ok(cairn_chunkproto::tls::cert_sha256(&der))
 }
 
+/// SHA-256 (hex) of a PEM certificate, as the map records it.
+pub fn fingerprint(cert_pem: &str) -> Result<String, ClusterError> {
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+        .map_err(|e| ClusterError::Pki(format!("certificate: {e}")))?;
+    Ok(hex(&cairn_chunkproto::tls::cert_sha256(&der)))
+}
+
 /// The join token of the cluster.
 pub fn token(secrets: &Secrets) -> Result<String, ClusterError> {
     Ok(format!(
@@ -225,7 +232,7 @@ pub fn check_token(secrets: &Secrets, token: &str) -> Result<(), ClusterError> {
     }
 }
 
-fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -252,6 +259,7 @@ mod tests {
             s3: format!("{ip}:9000"),
             domain: String::new(),
             drives: vec![],
+            cert: String::new(),
         }
     }
 

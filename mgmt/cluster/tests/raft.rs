@@ -29,6 +29,7 @@ async fn member() -> Member {
             s3: "127.0.0.1:2".into(),
             domain: addr.clone(),
             drives: vec![(0, 1 << 30)],
+            cert: String::new(),
         },
         heartbeat: Duration::from_millis(200),
         // Generous: a loaded 2-core CI machine can stall heartbeats for seconds.
@@ -50,6 +51,21 @@ async fn member() -> Member {
     }
 }
 
+/// Creates a cluster on `m`; returns the join token.
+async fn init(m: &Member, id: &str, k: u8, parity: u8, replicas: u8) -> String {
+    m.cluster
+        .init(
+            id,
+            Protection {
+                k,
+                m: parity,
+                replicas,
+            },
+        )
+        .await
+        .unwrap()
+}
+
 fn bucket(name: &str) -> Command {
     Command::Meta(Mutation::CreateBucket {
         name: name.into(),
@@ -63,18 +79,7 @@ fn bucket(name: &str) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_agree_and_survive_the_leader() {
     let a = member().await;
-    let token = a
-        .cluster
-        .init(
-            "test",
-            Protection {
-                k: 2,
-                m: 1,
-                replicas: 3,
-            },
-        )
-        .await
-        .unwrap();
+    let token = init(&a, "test", 2, 1, 3).await;
     let b = member().await;
     let c = member().await;
     // A wrong secret is refused by the cluster; a token naming another CA is
@@ -153,18 +158,7 @@ async fn three_members_agree_and_survive_the_leader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strangers_are_refused() {
     let a = member().await;
-    let token = a
-        .cluster
-        .init(
-            "one",
-            Protection {
-                k: 1,
-                m: 1,
-                replicas: 2,
-            },
-        )
-        .await
-        .unwrap();
+    let token = init(&a, "one", 1, 1, 2).await;
     // A client that trusts the cluster CA (as a joiner does) but has no
     // certificate reaches /cluster/join only.
     let (fp, _) = cairn_cluster::pki::parse_token(&token).unwrap();
@@ -192,18 +186,7 @@ async fn strangers_are_refused() {
     // A member of another cluster, dialling with a client that trusts this
     // cluster's CA but presents its own certificate: the server refuses it.
     let other = member().await;
-    other
-        .cluster
-        .init(
-            "two",
-            Protection {
-                k: 1,
-                m: 1,
-                replicas: 2,
-            },
-        )
-        .await
-        .unwrap();
+    init(&other, "two", 1, 1, 2).await;
     let pem =
         |m: &Member, f: &str| std::fs::read_to_string(m._dir.path().join("tls").join(f)).unwrap();
     let foreign = cairn_chunkproto::tls::NodeTls::from_pem(
@@ -231,4 +214,32 @@ async fn strangers_are_refused() {
         .await;
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
     assert!(a.meta.bucket("z").unwrap().is_none());
+}
+
+/// A removed node's certificate, still signed by the cluster CA, no longer reaches
+/// the members' routes: the map names each member's certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_members_lose_access() {
+    let a = member().await;
+    let token = init(&a, "rm", 1, 1, 2).await;
+    let b = member().await;
+    b.cluster.request_join(&a.addr, &token).await.unwrap();
+    b.cluster
+        .wait_member(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let heartbeat = |m: &Member| {
+        let client = m.cluster.transport().client().unwrap();
+        let url = format!("https://{}/cluster/heartbeat", a.addr);
+        let id = m.cluster.id();
+        async move { client.post(url).json(&id).send().await.unwrap().status() }
+    };
+    assert_eq!(
+        heartbeat(&b).await,
+        200,
+        "a member reaches the member routes"
+    );
+    a.cluster.remove_node(b.cluster.id()).await.unwrap();
+    assert!(!a.cluster.map().nodes.contains_key(&b.cluster.id()));
+    assert_eq!(heartbeat(&b).await, 404, "a removed member is a stranger");
 }

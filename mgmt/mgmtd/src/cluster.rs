@@ -124,6 +124,20 @@ fn fragment_state(map: &ClusterMap, drive: u16, grace: Duration) -> FragmentStat
     }
 }
 
+/// Tells datapathd which certificates belong to members now (see
+/// `cairn_chunkproto::tls::PEERS_FILE`). Only nodes with a recorded certificate are
+/// listed; until every node has one (maps from before certificates were recorded)
+/// no list is written, and datapathd accepts any certificate of the cluster CA.
+fn write_members(transport: &cairn_cluster::Transport, map: &ClusterMap) {
+    let fps: Vec<&str> = map.nodes.values().map(|n| n.cert.as_str()).collect();
+    if fps.iter().any(|f| f.is_empty()) {
+        return;
+    }
+    if let Err(e) = transport.write_members(&fps) {
+        tracing::warn!("cannot record the members' certificates for datapathd: {e}");
+    }
+}
+
 /// Routes for every drive of the map; clients to peers are kept across map changes.
 /// Peers are reached over mutual TLS only: before this node has its certificate,
 /// only its own drives are routed.
@@ -170,6 +184,9 @@ fn routes(
                 client: client.clone(),
                 domain,
                 placeable: !n.draining,
+                // New data follows capacity: a drive twice as large takes twice
+                // the stripes (weighted rendezvous in cairn_objects::place).
+                weight: u32::try_from(d.capacity >> 30).unwrap_or(u32::MAX).max(1),
             });
         }
     }
@@ -202,6 +219,8 @@ impl ClusterNode {
         let mut tls_rx = self.cluster.transport().watch();
         let tls = tls_rx.borrow_and_update().clone();
         fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
+        let transport = self.cluster.transport().clone();
+        write_members(&transport, &map);
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
         let _ = self.store.set(store.clone());
         store.start_background();
@@ -218,6 +237,7 @@ impl ClusterNode {
                 let map = rx.borrow_and_update().clone();
                 let tls = tls_rx.borrow_and_update().clone();
                 fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
+                write_members(&transport, &map);
             }
         });
         let node = self.clone();

@@ -186,6 +186,7 @@ async fn run_cluster(
             s3: cfg.s3.to_string(),
             domain: opts.domain.clone().unwrap_or_default(),
             drives,
+            cert: String::new(),
         },
         heartbeat: Duration::from_millis(500),
         down_after: opts.down_after,

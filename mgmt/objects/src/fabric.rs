@@ -11,6 +11,7 @@
 //! On a single node the fabric is one chunk client, ids equal to local indices,
 //! and each drive its own failure domain.
 
+use crate::Candidates;
 use cairn_chunkproto::{ChunkClient, Failure, FailureCode, ProtoError, Reply, Request, Response};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -30,6 +31,8 @@ pub struct Route {
     pub domain: u32,
     /// Whether placement may choose it (its node is up and not draining).
     pub placeable: bool,
+    /// Relative share of new data (capacity in GiB by default).
+    pub weight: u32,
 }
 
 /// The drive routes, replaced whole when the cluster map changes.
@@ -51,6 +54,7 @@ impl Fabric {
                     client: client.clone(),
                     domain: d as u32,
                     placeable: true,
+                    weight: 1,
                 })
                 .collect(),
         );
@@ -99,18 +103,23 @@ impl Fabric {
     }
 
     /// For placement, by drive id: may it take new data, and its failure domain.
-    pub fn placement(&self) -> (Vec<bool>, Vec<u32>) {
+    pub fn placement(&self) -> Candidates {
         let s = self.snapshot();
-        let ok = s
-            .iter()
-            .map(|r| r.as_ref().is_some_and(|r| r.placeable))
-            .collect();
-        let dom = s
-            .iter()
-            .enumerate()
-            .map(|(i, r)| r.as_ref().map(|r| r.domain).unwrap_or(u32::MAX - i as u32))
-            .collect();
-        (ok, dom)
+        Candidates {
+            ok: s
+                .iter()
+                .map(|r| r.as_ref().is_some_and(|r| r.placeable))
+                .collect(),
+            domains: s
+                .iter()
+                .enumerate()
+                .map(|(i, r)| r.as_ref().map(|r| r.domain).unwrap_or(u32::MAX - i as u32))
+                .collect(),
+            weights: s
+                .iter()
+                .map(|r| r.as_ref().map(|r| r.weight).unwrap_or(1))
+                .collect(),
+        }
     }
 
     /// Sends `ops` to the nodes holding their drives; answers in request order.

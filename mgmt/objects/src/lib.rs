@@ -21,7 +21,7 @@ mod write;
 
 pub use fabric::{Fabric, Route};
 pub use health::DriveHealth;
-pub use placement::place;
+pub use placement::{place, Candidates};
 pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
 
 use bytes::Bytes;
@@ -276,16 +276,15 @@ impl ObjectStore {
         Ok(self.log.barrier().await?)
     }
 
-    /// Drives new data may go to, and their failure domains, by drive id.
-    pub(crate) fn placement_view(&self) -> (Vec<bool>, Vec<u32>) {
-        let (placeable, domains) = self.chunks.placement();
-        let health = self.health.snapshot(placeable.len());
-        let ok = placeable
-            .iter()
-            .zip(&health)
-            .map(|(p, h)| *p && *h)
-            .collect();
-        (ok, domains)
+    /// Drives new data may go to (placeable in the fabric and healthy as this node
+    /// last saw them), their failure domains and weights, by drive id.
+    pub(crate) fn placement_view(&self) -> Candidates {
+        let mut c = self.chunks.placement();
+        let health = self.health.snapshot(c.ok.len());
+        for (ok, h) in c.ok.iter_mut().zip(&health) {
+            *ok &= *h;
+        }
+        c
     }
 
     pub fn config(&self) -> &StoreConfig {

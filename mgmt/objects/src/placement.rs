@@ -16,35 +16,67 @@ fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn score(extent: u128, stripe: u32, drive: u16) -> u64 {
+fn hash(extent: u128, stripe: u32, drive: u16) -> u64 {
     let a = mix(extent as u64 ^ mix((extent >> 64) as u64));
     mix(a ^ mix(((stripe as u64) << 16) | drive as u64))
 }
 
-/// The drives for `width` fragments of one stripe: the best-ranked healthy drives,
-/// in rank order, at most one per failure domain (`domains[d]` is drive `d`'s),
-/// then `UNPLACED` for positions no healthy domain is left for. Ranking drives
-/// (not domains) and skipping a taken domain keeps the spread even over drives
-/// within a node and over nodes at once, and a node's loss moves only the stripes
-/// that had a fragment there.
-pub fn place(
-    extent: u128,
-    stripe: u32,
-    width: usize,
-    healthy: &[bool],
-    domains: &[u32],
-) -> Vec<u16> {
-    let mut ranked: Vec<u16> = (0..healthy.len() as u16)
-        .filter(|&d| healthy[d as usize])
+/// Weighted rendezvous score (higher ranks first): `w / -ln(u)` with `u` uniform in
+/// (0, 1] from the hash. Each drive then wins a share of stripes proportional to its
+/// weight, and a weight change moves only the stripes whose winner changes.
+fn score(extent: u128, stripe: u32, drive: u16, weight: u32) -> f64 {
+    let u = ((hash(extent, stripe, drive) >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    weight.max(1) as f64 / -u.ln().min(-f64::MIN_POSITIVE)
+}
+
+/// The drives placement may choose from, indexed by cluster-wide drive id.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Candidates {
+    /// May take new data (exists, healthy, node up and not draining).
+    pub ok: Vec<bool>,
+    /// Failure domain of each drive: no two fragments of a stripe share one.
+    pub domains: Vec<u32>,
+    /// Relative share of new data (capacity in GiB by default).
+    pub weights: Vec<u32>,
+}
+
+impl Candidates {
+    /// `n` drives, each its own domain, equal weights.
+    pub fn uniform(n: usize) -> Candidates {
+        Candidates {
+            ok: vec![true; n],
+            domains: (0..n as u32).collect(),
+            weights: vec![1; n],
+        }
+    }
+
+    fn domain(&self, d: u16) -> u32 {
+        self.domains.get(d as usize).copied().unwrap_or(d as u32)
+    }
+}
+
+/// The drives for `width` fragments of one stripe: the best-ranked candidate
+/// drives, in rank order, at most one per failure domain, then `UNPLACED` for
+/// positions no candidate domain is left for. Ranking drives (not domains) and
+/// skipping a taken domain keeps the spread even over drives within a node and over
+/// nodes at once, and a node's loss moves only the stripes that had a fragment
+/// there.
+pub fn place(extent: u128, stripe: u32, width: usize, c: &Candidates) -> Vec<u16> {
+    let mut ranked: Vec<(f64, u16)> = (0..c.ok.len() as u16)
+        .filter(|&d| c.ok[d as usize])
+        .map(|d| {
+            let w = c.weights.get(d as usize).copied().unwrap_or(1);
+            (score(extent, stripe, d, w), d)
+        })
         .collect();
-    ranked.sort_by_key(|&d| std::cmp::Reverse(score(extent, stripe, d)));
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut used = Vec::with_capacity(width);
     let mut out = Vec::with_capacity(width);
-    for d in ranked {
+    for (_, d) in ranked {
         if out.len() == width {
             break;
         }
-        let dom = domains.get(d as usize).copied().unwrap_or(d as u32);
+        let dom = c.domain(d);
         if used.contains(&dom) {
             continue;
         }
@@ -59,36 +91,37 @@ pub fn place(
 mod tests {
     use super::*;
 
-    /// Each drive its own domain.
-    fn own(n: u32) -> Vec<u32> {
-        (0..n).collect()
+    fn healthy(ok: &[bool]) -> Candidates {
+        Candidates {
+            ok: ok.to_vec(),
+            ..Candidates::uniform(ok.len())
+        }
     }
 
     #[test]
     fn one_fragment_per_domain() {
         // Six nodes of four drives: a 4+2 stripe lands on six distinct nodes.
-        let healthy = vec![true; 24];
-        let domains: Vec<u32> = (0..24).map(|d| d / 4).collect();
+        let mut c = Candidates::uniform(24);
+        c.domains = (0..24).map(|d| d / 4).collect();
         for e in 0..500u128 {
-            let p = place(e, 3, 6, &healthy, &domains);
-            let mut nodes: Vec<u32> = p.iter().map(|&d| domains[d as usize]).collect();
+            let p = place(e, 3, 6, &c);
+            let mut nodes: Vec<u32> = p.iter().map(|&d| c.domains[d as usize]).collect();
             nodes.sort();
             nodes.dedup();
             assert_eq!(nodes.len(), 6, "{p:?}");
         }
         // With two nodes out, only four domains are left: two positions unplaced.
-        let mut healthy = healthy;
-        healthy[..8].fill(false);
-        let p = place(9, 0, 6, &healthy, &domains);
+        c.ok[..8].fill(false);
+        let p = place(9, 0, 6, &c);
         assert_eq!(p.iter().filter(|&&d| d == UNPLACED).count(), 2);
     }
 
     #[test]
     fn distinct_drives_and_even_spread() {
-        let healthy = vec![true; 6];
+        let c = Candidates::uniform(6);
         let mut load = [0u32; 6];
         for e in 0..2000u128 {
-            let p = place(e * 7919, 0, 4, &healthy, &own(6));
+            let p = place(e * 7919, 0, 4, &c);
             let mut s = p.clone();
             s.sort();
             s.dedup();
@@ -105,8 +138,7 @@ mod tests {
 
     #[test]
     fn failed_drives_are_skipped_and_shortfall_is_unplaced() {
-        let healthy = [true, false, true, true];
-        let p = place(42, 1, 4, &healthy, &own(4));
+        let p = place(42, 1, 4, &healthy(&[true, false, true, true]));
         assert!(!p.contains(&1));
         assert_eq!(p[3], UNPLACED);
         assert_eq!(p.iter().filter(|&&d| d == UNPLACED).count(), 1);
@@ -115,17 +147,41 @@ mod tests {
     #[test]
     fn stable_when_a_drive_is_added() {
         // Adding a seventh drive moves only stripes that now rank it first.
-        let six = vec![true; 6];
-        let seven = vec![true; 7];
+        let (six, seven) = (Candidates::uniform(6), Candidates::uniform(7));
         let mut moved = 0;
         for e in 0..1000u128 {
-            let a = place(e, 0, 1, &six, &own(6));
-            let b = place(e, 0, 1, &seven, &own(7));
+            let a = place(e, 0, 1, &six);
+            let b = place(e, 0, 1, &seven);
             if a != b {
                 assert_eq!(b[0], 6);
                 moved += 1;
             }
         }
         assert!((90..200).contains(&moved), "moved {moved} of 1000");
+    }
+
+    #[test]
+    fn shares_follow_weights() {
+        // One drive twice the size of the other three: twice their share of
+        // single-fragment placements (stripes of one fragment isolate the ranking
+        // from the one-per-domain rule).
+        let mut c = Candidates::uniform(4);
+        c.weights = vec![2, 1, 1, 1];
+        let mut load = [0u32; 4];
+        for e in 0..10_000u128 {
+            load[place(e, 0, 1, &c)[0] as usize] += 1;
+        }
+        // Expected 4000 / 2000 / 2000 / 2000.
+        assert!((3700..4300).contains(&load[0]), "{load:?}");
+        for l in &load[1..] {
+            assert!((1800..2200).contains(l), "{load:?}");
+        }
+        // Raising one weight moves stripes only towards that drive.
+        let mut heavier = c.clone();
+        heavier.weights[3] = 3;
+        for e in 0..2000u128 {
+            let (a, b) = (place(e, 0, 1, &c)[0], place(e, 0, 1, &heavier)[0]);
+            assert!(a == b || b == 3, "stripe {e} moved from {a} to {b}");
+        }
     }
 }

@@ -13,7 +13,7 @@
 //! the repairer saw it). A crash at any point leaves the old manifest and at worst
 //! an orphan chunk.
 
-use crate::{chunk_id, ObjectError, ObjectStore};
+use crate::{chunk_id, Candidates, ObjectError, ObjectStore};
 use bytes::Bytes;
 use cairn_chunkproto::{Reply, Request};
 use cairn_meta::{FragmentMove, Layout, Mutation, ObjectRecord, UNPLACED};
@@ -225,7 +225,7 @@ impl ObjectStore {
         gone: &(dyn Fn(u16) -> FragmentState + Sync),
         pass: &mut RepairPass,
     ) -> Result<(), ObjectError> {
-        let (placeable, domains) = self.placement_view();
+        let candidates = self.placement_view();
         for e in &rec.extents {
             let mut moves = Vec::new();
             let mut stale = Vec::new();
@@ -259,7 +259,7 @@ impl ObjectStore {
                         if *s != FragmentState::Lost {
                             continue;
                         }
-                        let Some(to) = spare(e.id, 0, &placeable, &domains, &used) else {
+                        let Some(to) = spare(e.id, 0, &candidates, &used) else {
                             pass.deferred += 1;
                             continue;
                         };
@@ -308,7 +308,7 @@ impl ObjectStore {
                             if *state != FragmentState::Lost {
                                 continue;
                             }
-                            let Some(to) = spare(e.id, s, &placeable, &domains, &used) else {
+                            let Some(to) = spare(e.id, s, &candidates, &used) else {
                                 pass.deferred += 1;
                                 continue;
                             };
@@ -457,19 +457,20 @@ impl ObjectStore {
 
 /// The best-ranked placeable drive for one more fragment of a stripe, in a failure
 /// domain none of `used` is in.
-fn spare(extent: u128, stripe: u32, ok: &[bool], domains: &[u32], used: &[u16]) -> Option<u16> {
+fn spare(extent: u128, stripe: u32, c: &Candidates, used: &[u16]) -> Option<u16> {
+    let domain = |d: u16| c.domains.get(d as usize).copied().unwrap_or(d as u32);
     let taken: Vec<u32> = used
         .iter()
         .filter(|&&d| d != UNPLACED)
-        .map(|&d| domains.get(d as usize).copied().unwrap_or(d as u32))
+        .map(|&d| domain(d))
         .collect();
-    let mut free = ok.to_vec();
-    for (d, f) in free.iter_mut().enumerate() {
-        if used.contains(&(d as u16)) || taken.contains(&domains[d]) {
+    let mut free = c.clone();
+    for (d, f) in free.ok.iter_mut().enumerate() {
+        if used.contains(&(d as u16)) || taken.contains(&domain(d as u16)) {
             *f = false;
         }
     }
-    crate::place(extent, stripe, 1, &free, domains)
+    crate::place(extent, stripe, 1, &free)
         .into_iter()
         .find(|&d| d != UNPLACED)
 }

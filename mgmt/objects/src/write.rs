@@ -1,7 +1,7 @@
 //! The write path: a body becomes one extent, replicated or erasure coded.
 
 use crate::Fabric;
-use crate::{chunk_id, place, Codecs, ObjectError, ObjectStore, Written};
+use crate::{chunk_id, place, Candidates, Codecs, ObjectError, ObjectStore, Written};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{FailureCode, Request};
 use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
@@ -103,8 +103,7 @@ impl ObjectStore {
             done: false,
         };
         let id = rand::random::<u128>() >> 32;
-        let (healthy, domains) = self.placement_view();
-        let healthy = (healthy.as_slice(), domains.as_slice());
+        let candidates = self.placement_view();
         let small = self.cfg.small_object;
         let mut buf = BytesMut::with_capacity(match len {
             Some(l) if l as usize <= small => l as usize,
@@ -114,10 +113,10 @@ impl ObjectStore {
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
         let extent = if buf.len() <= small && body.done {
-            self.write_replicated(tenant, id, buf.freeze(), healthy)
+            self.write_replicated(tenant, id, buf.freeze(), &candidates)
                 .await?
         } else {
-            self.write_erasure(tenant, id, &mut body, buf, healthy)
+            self.write_erasure(tenant, id, &mut body, buf, &candidates)
                 .await?
         };
         Ok(Written {
@@ -131,10 +130,10 @@ impl ObjectStore {
         tenant: u64,
         id: u128,
         data: Bytes,
-        healthy: (&[bool], &[u32]),
+        candidates: &Candidates,
     ) -> Result<Extent, ObjectError> {
         let copies = self.cfg.replicas as usize;
-        let drives = place(id, 0, copies, healthy.0, healthy.1);
+        let drives = place(id, 0, copies, candidates);
         let quorum = copies.min(2);
         let cid = chunk_id(id, 0, 0);
         let targets: Vec<u16> = drives.iter().copied().filter(|&d| d != UNPLACED).collect();
@@ -170,7 +169,7 @@ impl ObjectStore {
         id: u128,
         body: &mut Body<S>,
         mut buf: BytesMut,
-        healthy: (&[bool], &[u32]),
+        candidates: &Candidates,
     ) -> Result<Extent, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
@@ -194,7 +193,7 @@ impl ObjectStore {
             let take = buf.len().min(stripe_bytes);
             let data = buf.split_to(take).freeze();
             size += data.len() as u64;
-            let drives = place(id, index, k as usize + m as usize, healthy.0, healthy.1);
+            let drives = place(id, index, k as usize + m as usize, candidates);
             let job = StripeJob {
                 chunks: self.chunks.clone(),
                 health: self.health.clone(),
