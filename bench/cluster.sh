@@ -39,7 +39,10 @@
 #   BENCH_DIR     scratch directory on ext4 (default /var/tmp/cairn-bench-cluster;
 #                 tmpfs refused). Needs ~25 GiB free at the peak (sparse files).
 #   GARAGE        garage binary (default /opt/garage/bin/garage, else `garage` in PATH)
-#   SKIP_BUILD=1  do not run `cargo build --release --bins` first
+#   CAIRN_BIN     directory holding Cairn's datapathd, mgmtd and nodectl (default
+#                 target/release of this checkout)
+#   SKIP_BUILD=1  do not run `cargo build --release --bins` first (never run when
+#                 CAIRN_BIN is set)
 #
 # A missing prerequisite stops the run before anything starts, saying what is missing
 # and how to get it; `--skip garage` / `--skip ceph` run without that peer on purpose
@@ -66,7 +69,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/bench-out
 LOGS=$OUT/cluster-logs
 WORK=${BENCH_DIR:-/var/tmp/cairn-bench-cluster}
-BIN=$ROOT/target/release
+BIN=${CAIRN_BIN:-$ROOT/target/release}
 if [ -n "${GARAGE:-}" ]; then :
 elif [ -x /opt/garage/bin/garage ]; then GARAGE=/opt/garage/bin/garage
 else GARAGE=$(command -v garage || echo /opt/garage/bin/garage); fi
@@ -87,7 +90,7 @@ missing=()
 command -v python3 >/dev/null || missing+=("python3")
 python3 -c 'import boto3' 2>/dev/null || missing+=("python3 boto3 (pip install boto3)")
 command -v fio >/dev/null || missing+=("fio (apt-get install fio)")
-[ "${SKIP_BUILD:-0}" = 1 ] || command -v cargo >/dev/null || missing+=("cargo (or SKIP_BUILD=1 with built binaries)")
+[ "${SKIP_BUILD:-0}" = 1 ] || [ -n "${CAIRN_BIN:-}" ] || command -v cargo >/dev/null || missing+=("cargo (or SKIP_BUILD=1 with built binaries)")
 if want garage && [ ! -x "$GARAGE" ]; then
   missing+=("garage at $GARAGE (cargo install garage --locked --root /opt/garage; or set GARAGE=; or --skip garage)")
 fi
@@ -162,6 +165,7 @@ T0=$(date +%s)
 meta mode "$MODE"
 meta date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 meta commit "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (+ uncommitted changes)')"
+meta cairn_bin "$BIN (nodectl $(stat -c %y "$BIN/nodectl" 2>/dev/null | cut -d. -f1))"
 meta cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 meta cores "$(nproc)"
 meta ram "$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
@@ -171,7 +175,7 @@ meta client "bench/s3bench.py, boto3 $(python3 -c 'import boto3; print(boto3.__v
 
 NEED_CAIRN=0
 { want cairn || want rebuild; } && NEED_CAIRN=1
-if [ "$NEED_CAIRN" = 1 ] && [ "${SKIP_BUILD:-0}" != 1 ]; then
+if [ "$NEED_CAIRN" = 1 ] && [ "${SKIP_BUILD:-0}" != 1 ] && [ -z "${CAIRN_BIN:-}" ]; then
   log "cargo build --release --bins (may wait on the shared target lock)"
   (cd "$ROOT" && cargo build --release --bins) > "$LOGS/build.log" 2>&1 \
     || { tail -20 "$LOGS/build.log" >&2; die "build failed: see $LOGS/build.log"; }

@@ -143,7 +143,7 @@ def cluster_table(raw, meta_path):
             meta[k] = v
     systems = [("cairn", "Cairn"), ("garage", "Garage"), ("ceph", "Ceph")]
     L = [f"# Cairn cluster benchmark ({meta.get('mode', '?')} run)", ""]
-    for k in ("date", "commit", "cpu", "cores", "ram", "fs", "client", "load_before",
+    for k in ("date", "commit", "cairn_bin", "cpu", "cores", "ram", "fs", "client", "load_before",
               "load_after", "duration"):
         if k in meta:
             L.append(f"- **{k}**: {meta[k]}")
