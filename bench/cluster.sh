@@ -320,19 +320,18 @@ if want ceph; then
   log "Ceph: $CVER, mon + mgr + $NODES BlueStore OSDs (files) + radosgw on $CIP"
   FSID=$(python3 -c 'import uuid; print(uuid.uuid4())')
   C() { timeout 60 ceph -c "$CD/ceph.conf" "$@"; }
-  # auth none: the cluster is private to this run (S3 clients still sign with the
-  # user's keys). chooseleaf type 0: one host, so replicas and EC chunks go to
+  # cephx, as deployed (radosgw cannot reach a monitor under auth none: its
+  # connection asks for a secure mode that needs a session key); every daemon's key
+  # is in one keyring file. chooseleaf type 0: one host, so replicas and EC chunks go to
   # distinct OSDs. osd memory target 1 GiB: 6 OSDs must fit beside the rest.
   cat > "$CD/ceph.conf" <<EOF
 [global]
 fsid = $FSID
 mon host = [v2:$CIP:3300,v1:$CIP:6789]
 public addr = $CIP
-auth cluster required = none
-auth service required = none
-auth client required = none
-# radosgw asks for "secure" mode on its monitor connection, which auth none cannot give.
-ms mon client mode = crc secure
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
 run dir = $CD/run
 admin socket = $CD/run/\$name.asok
 log file = $CD/log/\$name.log
@@ -365,17 +364,23 @@ EOF
   csetup() {
     local i id u
     ceph-authtool --create-keyring "$CD/keyring" --gen-key -n mon. --cap mon 'allow *' || return 1
+    ceph-authtool "$CD/keyring" --gen-key -n client.admin --cap mon 'allow *' \
+      --cap osd 'allow *' --cap mgr 'allow *' --cap mds 'allow *' || return 1
     monmaptool --create --fsid "$FSID" --addv a "[v2:$CIP:3300,v1:$CIP:6789]" "$CD/monmap" || return 1
     ceph-mon -c "$CD/ceph.conf" --mkfs -i a --monmap "$CD/monmap" --keyring "$CD/keyring" || return 1
     ceph-mon -c "$CD/ceph.conf" -i a -f > "$CD/log/mon.out" 2>&1 &
     PIDS+=("$!")
     wait_port "$CIP" 3300 30 || return 1
+    C auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' \
+      >> "$CD/keyring" || return 1
     ceph-mgr -c "$CD/ceph.conf" -i x -f > "$CD/log/mgr.out" 2>&1 &
     PIDS+=("$!")
     for i in $(seq 0 $((NODES - 1))); do
       u=$(python3 -c 'import uuid; print(uuid.uuid4())')
       id=$(C osd new "$u") || return 1
       mkdir -p "$CD/osd/$id"
+      C auth get-or-create "osd.$id" mon 'allow profile osd' mgr 'allow profile osd' \
+        osd 'allow *' >> "$CD/keyring" || return 1
       # BlueStore on a sparse 8 GiB file in the OSD's directory (block create).
       ceph-osd -c "$CD/ceph.conf" -i "$id" --mkfs --osd-uuid "$u" > "$CD/log/mkfs.$id.out" 2>&1 || return 1
       ceph-osd -c "$CD/ceph.conf" -i "$id" -f > "$CD/log/osd.$id.out" 2>&1 &
@@ -391,6 +396,8 @@ EOF
       crush-failure-domain=osd || return 1
     C osd pool create default.rgw.buckets.data 32 32 erasure bench42 || return 1
     C osd pool application enable default.rgw.buckets.data rgw || return 1
+    C auth get-or-create client.rgw.bench mon 'allow rw' osd 'allow rwx' mgr 'allow rw' \
+      >> "$CD/keyring" || return 1
     radosgw -c "$CD/ceph.conf" -n client.rgw.bench -f > "$CD/log/rgw.out" 2>&1 &
     PIDS+=("$!")
     wait_port "$CIP" 7480 120 || { echo "radosgw did not listen"; return 1; }
