@@ -4,7 +4,8 @@
 #
 # Usage: bench/cluster.sh [--quick] [--skip cairn|garage|ceph|rebuild ...]
 #
-#   (full run: ~15–20 min once the binaries and peers exist; --quick: ~6 min)
+#   (on 2 shared cores, once the binaries and peers exist: full run ~10 min,
+#   --quick ~4 min)
 #
 # Prints one markdown table to stdout and to bench-out/cluster-results.md (raw RESULT
 # lines in bench-out/cluster-raw.txt, logs in bench-out/cluster-logs/).
