@@ -321,8 +321,8 @@ if want ceph; then
   log "Ceph: $CVER, mon + mgr + $NODES BlueStore OSDs (files) + radosgw on $CIP"
   FSID=$(python3 -c 'import uuid; print(uuid.uuid4())')
   C() { timeout 60 ceph -c "$CD/ceph.conf" "$@"; }
-  # cephx, as deployed (radosgw cannot reach a monitor under auth none: its
-  # connection asks for a secure mode that needs a session key); every daemon's key
+  # cephx, as deployed (under auth none radosgw never got past the monitor:
+  # "get_initial_auth_request returned -13", retried forever); every daemon's key
   # is in one keyring file. chooseleaf type 0: one host, so replicas and EC chunks go to
   # distinct OSDs. osd memory target 1 GiB: 6 OSDs must fit beside the rest.
   cat > "$CD/ceph.conf" <<EOF
