@@ -303,11 +303,10 @@ addresses = ["{ip}/24"]
 
 [cluster]
 internal = "{ip}:9100"
-chunk_advertise = "{ip}:7410"
 """
         vms.append(boot_node(t, f"node{i}", wait=False, access=access, secret=secret,
                              mac=f"52:54:00:c0:00:{i:02x}", mcast=mcast, smp=1, mem_mib=1536,
-                             toml_kw={"extra": extra, "mode": "cluster", "datapath": "0.0.0.0:7410"}))
+                             toml_kw={"extra": extra, "mode": "cluster"}))
     for vm in vms:  # the three boot at once, on the same cores
         _, took = wait_serving(vm, 0)
         t.figures[f"cluster {vm.name} boot-to-serving (s)"] = round(took, 1)

@@ -84,7 +84,9 @@ async fn three_members_agree_and_survive_the_leader() {
     let c = member().await;
     // A wrong secret is refused by the cluster; a token naming another CA is
     // refused by the joiner before it sends anything (the seed fails the pin).
-    let wrong_secret = format!("{}0", &token[..token.len() - 1]);
+    // Change the last character of the secret (to one it is not already).
+    let last = if token.ends_with('0') { '1' } else { '0' };
+    let wrong_secret = format!("{}{last}", &token[..token.len() - 1]);
     let e = b.cluster.request_join(&a.addr, &wrong_secret).await;
     assert!(format!("{e:?}").contains("wrong join token"), "{e:?}");
     let other_ca = format!("cairn1.{}.{}", "00".repeat(32), &token[72..]);
