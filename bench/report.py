@@ -3,6 +3,7 @@
 
   report.py fio-json NAME FILE     fio --output-format=json -> one RESULT line
   report.py table RAW META         RESULT lines (RAW) + key=value lines (META) -> markdown
+  report.py cluster-table RAW META the same for bench/cluster.sh
 """
 
 import json
@@ -133,10 +134,87 @@ def table(raw, meta_path):
     print("\n".join(L))
 
 
+def cluster_table(raw, meta_path):
+    r = parse(raw)
+    meta = {}
+    for line in open(meta_path):
+        if "=" in line:
+            k, v = line.rstrip("\n").split("=", 1)
+            meta[k] = v
+    systems = [("cairn", "Cairn"), ("garage", "Garage"), ("ceph", "Ceph")]
+    L = [f"# Cairn cluster benchmark ({meta.get('mode', '?')} run)", ""]
+    for k in ("date", "commit", "cairn_bin", "cpu", "cores", "ram", "fs", "client", "load_before",
+              "load_after", "duration"):
+        if k in meta:
+            L.append(f"- **{k}**: {meta[k]}")
+    for key, name in systems + [("rebuild", "rebuild")]:
+        conf = meta.get(key)
+        status = meta.get(f"status_{key}", "not run")
+        start = meta.get(f"load_start_{key}")
+        line = f"- **{name}**: " + (conf + "; " if conf else "") + \
+            ("measured" if status == "ok" else f"**{status}**")
+        if start:
+            line += f"; load average when it started: {start}"
+        L.append(line)
+    L.append("")
+    L.append("| workload | unit | Cairn | Garage | Ceph | Cairn/Garage | Cairn/Ceph | "
+             "p50 / p99 ms C · G · Ce | load at end C · G · Ce |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for size in ("4KiB", "1MiB", "16MiB"):
+        for op in ("put", "get"):
+            rows = [r.get(("s3", key, op, size), {}) for key, _ in systems]
+            field = "ops" if size == "4KiB" else "mbps"
+            unit = "ops/s" if size == "4KiB" else "MB/s"
+            vals = [num(x, field) for x in rows]
+            lat = " · ".join(f"{x['p50ms']}/{x['p99ms']}" if x else "–" for x in rows)
+            errs = [int(x.get("errors", 0)) for x in rows if x]
+            loads = " · ".join(x.get("load", "–") if x else "–" for x in rows)
+            label = f"{op.upper()} {size}" + (f" ({sum(errs)} errors)" if sum(errs) else "")
+            L.append(f"| {label} | {unit} | " + " | ".join(fmt(v, unit) for v in vals) +
+                     f" | {ratio(vals[0], vals[1])} | {ratio(vals[0], vals[2])} | {lat} | {loads} |")
+    fill = r.get(("s3", "cairn-fill", "put", "16MiB"), {})
+    rb = r.get(("rebuild", "cairn"), {})
+    fd = r.get(("fio", "seqwrite1m_dsync"), {})
+    fn = r.get(("fio", "seqwrite1m_nosync"), {})
+    # fio reports MB/s (10^6); the rebuild is in MiB/s.
+    fd_mib = num(fd, "mbps") * 1e6 / (1 << 20) if fd else None
+    fn_mib = num(fn, "mbps") * 1e6 / (1 << 20) if fn else None
+    rate = num(rb, "mibps")
+    rate_g = num(rb, "mibps_grace")
+
+    def share(x, of):
+        return f"{100 * x / of:.1f} %" if x is not None and of else "–"
+
+    if rb or fd:
+        done = "" if rb.get("complete", "1") == "1" else " (**did not complete**: rate so far)"
+        L.append(f"| Cairn rebuild after a node loss{done}: {rb.get('mib', '–')} MiB in "
+                 f"{rb.get('secs', '–')} s (fill: {fill.get('mbps', '–')} MB/s) | MiB/s | "
+                 f"{fmt(rate, 'MB/s')} | – | – | {share(rate, fd_mib)} of fio durable write | "
+                 f"{share(rate, fn_mib)} of fio no-sync write | – | {rb.get('load', '–')} |")
+        L.append(f"| the same, counted from the grace's end ({rb.get('secs_grace', '–')} s) | MiB/s | "
+                 f"{fmt(rate_g, 'MB/s')} | – | – | {share(rate_g, fd_mib)} | {share(rate_g, fn_mib)} | "
+                 f"– | – |")
+        L.append(f"| fio 1 MiB seq. write, O_DIRECT, QD 32, durable (dsync) / no sync | MiB/s | "
+                 f"{fmt(fd_mib, 'MB/s')} / {fmt(fn_mib, 'MB/s')} | – | – | – | – | "
+                 f"{fd.get('p50us', '–')}/{fd.get('p99us', '–')} µs (dsync) | – |")
+    L.append("")
+    L.append("Ratios: Cairn / peer (ops/s for 4 KiB, MB/s otherwise; MB = 10^6 bytes). "
+             "Rebuild: MiB/s rebuilt (2^20 bytes) and its share of the filesystem's 1 MiB "
+             "sequential write bandwidth, measured with fio just before. Load: the 1-minute "
+             "load average at the end of each phase (client and servers included).")
+    if rb.get("node_mibps"):
+        L.append(f"Rebuild: nodes' own last-pass rates {rb['node_mibps']} MiB/s; "
+                 f"sum of their rebuilt bytes {rb.get('rebuilt_sum_mib', '–')} MiB; "
+                 f"{rb.get('fragments', '–')} fragments of {rb.get('objects', '–')} objects.")
+    print("\n".join(L))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "fio-json":
         fio_json(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "table":
         table(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "cluster-table":
+        cluster_table(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

@@ -6,7 +6,10 @@ For each object size (4 KiB, 1 MiB, 16 MiB by default) it PUTs new objects for
 objects it just wrote for --duration seconds, and prints one line per phase:
 
   RESULT s3 <label> <put|get> <size> ops=<ops/s> mbps=<MB/s, 10^6> n=<ops> secs=<s>
-         p50ms=<ms> p99ms=<ms> errors=<n>
+         p50ms=<ms> p99ms=<ms> errors=<n> load=<1-min load average at the end>
+
+--endpoint may list several endpoints (a cluster's nodes, comma-separated): thread t
+talks to endpoint t mod N. --put-bytes turns the PUT phase into a bounded fill.
 
 Every object is unique: each 1 MiB block of each object starts with 16 bytes that
 are never repeated (Garage deduplicates 1 MiB blocks by content hash, so a repeated
@@ -33,10 +36,20 @@ from botocore.config import Config
 MIB = 1 << 20
 
 
+def load1():
+    """The 1-minute load average now (other users share the machine: say how busy)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().split()[0]
+    except OSError:
+        return "?"
+
+
 def parse_size(s):
     s = s.strip().upper()
     mult = 1
-    for suf, m in (("KIB", 1 << 10), ("MIB", 1 << 20), ("K", 1 << 10), ("M", 1 << 20)):
+    for suf, m in (("KIB", 1 << 10), ("MIB", 1 << 20), ("GIB", 1 << 30), ("K", 1 << 10),
+                   ("M", 1 << 20), ("G", 1 << 30)):
         if s.endswith(suf):
             s, mult = s[: -len(suf)], m
             break
@@ -80,10 +93,22 @@ def pct(v, p):
     return v[min(len(v) - 1, int((len(v) - 1) * p))]
 
 
-def run_phase(fn, threads, duration):
-    """Runs fn(thread_index, i) in `threads` threads until the deadline. Returns
+def run_phase(fn, threads, duration, budget=None):
+    """Runs fn(thread_index, i) in `threads` threads until the deadline (or, with
+    `budget`, until that many calls have been started). Returns
     (ops, bytes, secs, latencies, errors)."""
     deadline = time.monotonic() + duration
+    started = [0]
+    started_lock = threading.Lock()
+
+    def take():
+        if budget is None:
+            return True
+        with started_lock:
+            if started[0] >= budget:
+                return False
+            started[0] += 1
+            return True
     lock = threading.Lock()
     totals = {"ops": 0, "bytes": 0, "errors": 0, "lat": [], "first_error": None}
 
@@ -92,7 +117,7 @@ def run_phase(fn, threads, duration):
         lat = []
         first = None
         i = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and take():
             t0 = time.perf_counter()
             try:
                 nbytes += fn(t, i)
@@ -123,7 +148,9 @@ def run_phase(fn, threads, duration):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--endpoint", required=True,
+                    help="endpoint URL, or several separated by commas: thread t uses "
+                         "endpoint t mod N (a cluster's nodes)")
     ap.add_argument("--access-key", required=True)
     ap.add_argument("--secret-key", required=True)
     ap.add_argument("--region", default="us-east-1")
@@ -133,6 +160,12 @@ def main():
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per phase")
     ap.add_argument("--sizes", default="4KiB,1MiB,16MiB")
+    ap.add_argument("--put-bytes", default=None,
+                    help="PUT only this many bytes per size (e.g. 3GiB), then stop: a fill, "
+                         "still bounded by --duration")
+    ap.add_argument("--no-get", action="store_true", help="PUT phases only")
+    ap.add_argument("--wait-ready", type=float, default=0,
+                    help="seconds to retry creating/finding the bucket before starting")
     args = ap.parse_args()
 
     cfg = Config(
@@ -146,19 +179,38 @@ def main():
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=args.endpoint,
-        aws_access_key_id=args.access_key,
-        aws_secret_access_key=args.secret_key,
-        config=cfg,
-    )
-    if args.create_bucket:
+    endpoints = [e for e in args.endpoint.split(",") if e]
+    # One client per endpoint (boto3 clients are thread-safe); each thread sticks to
+    # one endpoint, so the load is spread evenly over a cluster's nodes.
+    clients = [
+        boto3.client(
+            "s3",
+            endpoint_url=e,
+            aws_access_key_id=args.access_key,
+            aws_secret_access_key=args.secret_key,
+            config=cfg,
+        )
+        for e in endpoints
+    ]
+    s3 = clients[0]
+    # A cluster that has just formed may refuse requests for a few seconds: with
+    # --wait-ready, retry until the bucket exists and every endpoint sees it.
+    deadline = time.monotonic() + args.wait_ready
+    while True:
         try:
-            s3.create_bucket(Bucket=args.bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
-    s3.head_bucket(Bucket=args.bucket)
+            if args.create_bucket:
+                try:
+                    s3.create_bucket(Bucket=args.bucket)
+                except s3.exceptions.BucketAlreadyOwnedByYou:
+                    pass
+            for c in clients:
+                c.head_bucket(Bucket=args.bucket)
+            break
+        except Exception as e:
+            if time.monotonic() > deadline:
+                raise
+            print(f"s3bench: not ready yet ({e!r}); retrying", file=sys.stderr)
+            time.sleep(1)
 
     payloads = Payloads()
     run_id = os.urandom(4).hex()
@@ -172,20 +224,26 @@ def main():
         def put(t, i, size=size, prefix=prefix, written=written, pending=pending):
             body = pending.pop(t, None) or payloads.make(size)
             key = f"{prefix}/{t}-{i}"
-            s3.put_object(Bucket=args.bucket, Key=key, Body=body)
+            clients[t % len(clients)].put_object(Bucket=args.bucket, Key=key, Body=body)
             written.append(key)
             pending[t] = payloads.make(size)
             return size
 
-        ops, nbytes, secs, lat, errs = run_phase(put, args.threads, args.duration)
+        budget = None
+        if args.put_bytes:
+            budget = -(-parse_size(args.put_bytes) // size)
+        ops, nbytes, secs, lat, errs = run_phase(put, args.threads, args.duration, budget)
         report(args.label, "put", size, ops, nbytes, secs, lat, errs)
+        if args.no_get:
+            continue
         if not written:
             print(f"s3bench: no {human(size)} object written; skipping GET", file=sys.stderr)
             continue
 
         def get(t, i, size=size, written=written):
             key = random.choice(written)
-            body = s3.get_object(Bucket=args.bucket, Key=key)["Body"].read()
+            c = clients[t % len(clients)]
+            body = c.get_object(Bucket=args.bucket, Key=key)["Body"].read()
             if len(body) != size:
                 raise RuntimeError(f"{key}: got {len(body)} bytes, want {size}")
             return len(body)
@@ -198,7 +256,7 @@ def report(label, op, size, ops, nbytes, secs, lat, errs):
     print(
         f"RESULT s3 {label} {op} {human(size)} ops={ops / secs:.1f} mbps={nbytes / secs / 1e6:.1f} "
         f"n={ops} secs={secs:.2f} p50ms={pct(lat, 0.5) * 1e3:.1f} p99ms={pct(lat, 0.99) * 1e3:.1f} "
-        f"errors={errs}",
+        f"errors={errs} load={load1()}",
         flush=True,
     )
 
