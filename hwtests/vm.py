@@ -95,7 +95,7 @@ def find_in_file(path, needle):
 class VM:
     def __init__(self, name, workdir, image_dir, *, nvme=4, nvme_mib=1024, config_toml=None,
                  mem_mib=2048, smp=2, mac="52:54:00:c0:00:01", user_net=True, mcast=None,
-                 disk=None, direct_kernel=False):
+                 disk=None, direct_kernel=False, iommu=False, append=""):
         self.name = name
         self.dir = os.path.join(workdir, name)
         os.makedirs(self.dir, exist_ok=True)
@@ -105,6 +105,11 @@ class VM:
         self.user_net, self.mcast = user_net, mcast
         # direct_kernel: -kernel/-initrd of the build instead of OVMF + systemd-boot.
         self.direct_kernel = direct_kernel
+        self.append = append  # more kernel arguments, for a direct kernel boot
+        # iommu: an emulated Intel IOMMU (what VFIO needs) and each NVMe drive behind its
+        # own PCIe root port, so that `device_del` can pull it from the running node.
+        self.iommu = iommu
+        self.monitor_path = os.path.join(self.dir, "monitor.sock")
         self.serial = os.path.join(self.dir, "serial.log")
         self.dbg_path = os.path.join(self.dir, "dbg.sock")
         self.proc = None
@@ -132,9 +137,12 @@ class VM:
         self.admin_port = free_port()
 
     def command(self):
-        cmd = [QEMU, "-accel", "tcg", "-machine", "q35", "-cpu", "max",
-               "-smp", str(self.smp), "-m", str(self.mem_mib), "-display", "none",
-               "-name", self.name,
+        cmd = [QEMU, "-accel", "tcg", "-machine", "q35,kernel-irqchip=split" if self.iommu else "q35",
+               "-cpu", "max", "-smp", str(self.smp), "-m", str(self.mem_mib), "-display", "none",
+               "-name", self.name]
+        if self.iommu:  # before the devices it translates for
+            cmd += ["-device", "intel-iommu,intremap=on,caching-mode=on"]
+        cmd += ["-monitor", f"unix:{self.monitor_path},server=on,wait=off",
                "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
                "-drive", f"if=pflash,format=raw,unit=1,file={self.vars}",
                "-chardev", f"file,id=ser0,path={self.serial},append=on",
@@ -149,13 +157,18 @@ class VM:
         if self.direct_kernel:
             cmd += ["-kernel", os.path.join(self.image_dir, "vmlinuz"),
                     "-initrd", os.path.join(self.image_dir, "initrd.img"),
-                    "-append", "root=PARTLABEL=cairn-a cairn.slot=a ro console=ttyS0,115200 panic=10"]
+                    "-append", "root=PARTLABEL=cairn-a cairn.slot=a ro console=ttyS0,115200 panic=10 "
+                    + self.append]
         if self.config:
             cmd += ["-drive", f"file={self.config},format=raw,if=none,id=cfg",
                     "-device", "virtio-blk-pci,drive=cfg"]
         for i, (serial, path) in enumerate(self.nvme):
-            cmd += ["-drive", f"file={path},format=raw,if=none,id=n{i}",
-                    "-device", f"nvme,serial={serial},drive=n{i}"]
+            cmd += ["-drive", f"file={path},format=raw,if=none,id=n{i}"]
+            if self.iommu:
+                cmd += ["-device", f"pcie-root-port,id=rp{i},bus=pcie.0,chassis={i + 1},slot={i + 1}",
+                        "-device", f"nvme,serial={serial},drive=n{i},id=nvme{i},bus=rp{i}"]
+            else:
+                cmd += ["-device", f"nvme,serial={serial},drive=n{i},id=nvme{i}"]
         if self.user_net:
             fwd = (f"hostfwd=tcp:127.0.0.1:{self.s3_port}-:9000,"
                    f"hostfwd=tcp:127.0.0.1:{self.admin_port}-:9001")
@@ -183,6 +196,23 @@ class VM:
         self.sock = socket.socket(socket.AF_UNIX)
         self.sock.connect(self.dbg_path)
         return self
+
+    def monitor(self, command, timeout=30):
+        """One QEMU monitor (HMP) command, e.g. `device_del nvme3`; returns its output."""
+        with socket.socket(socket.AF_UNIX) as m:
+            m.settimeout(timeout)
+            m.connect(self.monitor_path)
+            out = b""
+            while not out.endswith(b"(qemu) "):  # the banner, then the prompt
+                out += m.recv(4096)
+            m.sendall(command.encode() + b"\n")
+            out = b""
+            while not out.endswith(b"(qemu) "):
+                chunk = m.recv(4096)
+                if not chunk:
+                    break
+                out += chunk
+        return out.decode(errors="replace")
 
     def _check_running(self):
         if self.proc and self.proc.poll() is not None:

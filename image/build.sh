@@ -198,7 +198,10 @@ mkdir -p "$E/EFI/BOOT" "$E/loader/entries" "$E/cairn/a"
 cp "$R/usr/lib/systemd/boot/efi/systemd-bootx64.efi" "$E/EFI/BOOT/BOOTX64.EFI"
 cp "$OUT/vmlinuz" "$OUT/initrd.img" "$E/cairn/a/"
 echo "$VERSION" > "$E/cairn/a/version"
-CMDLINE_COMMON="ro console=tty0 console=ttyS0,115200 panic=10"
+# intel_iommu=on: the nvme backend (datapath.backend = "nvme") drives controllers through
+# VFIO, which needs the IOMMU (AMD's is on by default); iommu=pt keeps the devices the
+# kernel drives on identity mappings, so they pay nothing for it.
+CMDLINE_COMMON="ro console=tty0 console=ttyS0,115200 panic=10 intel_iommu=on iommu=pt"
 # timeout 0: boot at once (hold a key at power-on for the menu); editor no: the
 # kernel command line cannot be edited at the console (init=/bin/sh would be root).
 # default cairn-*: both slots match and each entry's sort-key orders them (cairn-0
