@@ -399,7 +399,7 @@ def test_vfio(t):
 
 
 TESTS = {"boot": test_boot, "update": test_update, "cluster": test_cluster, "vfio": test_vfio}
-QUICK = ["boot"]  # --all adds update and cluster
+QUICK = ["boot", "vfio"]  # --all adds update and cluster
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 #
 #   hwtests/run.sh [--quick|--all] [--image DIR] [--workdir DIR] [--keep] [TEST...]
 #
-# --quick (the default, what CI runs): boot. --all: boot, update, cluster. Tests need the built
+# --quick (the default, what CI runs): boot, vfio. --all: boot, update, cluster, vfio. Tests need the built
 # image (image/build.sh), QEMU, OVMF, dosfstools, mtools, erofs-utils and boto3; a
 # missing one fails the run. Every QEMU started is killed when the runner exits.
 set -euo pipefail
