@@ -35,7 +35,7 @@ echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, d
 ci/cluster-check.sh target/release
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
-echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe"
+echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
 wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
 image/build.sh
 hwtests/run.sh --quick
