@@ -449,6 +449,14 @@ def partition_check(a, c, nodes, clients, bucket):
     print(f"history checker: {len(hist.reads)} reads, none stale; "
           f"{stats['minority_reads_ok']} reads through the minority succeeded "
           f"(all current), {stats['minority_reads_refused']} were refused", flush=True)
+    # Healing can leave the cluster without a leader for a while: the cut-off nodes
+    # campaigned with ever higher terms, and the first message one of them answers
+    # makes the majority's leader step down (openraft 0.9 has no pre-vote). Requests
+    # get 503 meanwhile, never stale data. Wait, bounded, until every node names the
+    # same leader and serves a read, and report how long that took.
+    settled = wait_settled(c, nodes, clients, bucket, sorted(attempts)[0], window["healed"])
+    print(f"after healing: every node follows node {by_id.get(settled)} and serves reads "
+          f"{time.time() - window['healed']:.1f} s after the heal", flush=True)
     # One latest version per key, the same on every node, never older than the
     # last acknowledged write.
     for k in sorted(attempts):
@@ -468,6 +476,25 @@ def partition_check(a, c, nodes, clients, bucket):
     print(f"after healing: each of {len(attempts)} keys has one latest version on all "
           f"{len(nodes)} nodes, no acknowledged write lost", flush=True)
     print("partition check passed")
+
+
+def wait_settled(c, nodes, clients, bucket, key, since, timeout=90):
+    """Until every node reports the same leader and reads `key` through S3; returns the
+    leader's id. Fails the check after `timeout` seconds from `since`."""
+    last = None
+    while True:
+        try:
+            leaders = {c.status(n["node"])["leader"] for n in nodes}
+            if len(leaders) == 1 and None not in leaders and "" not in leaders:
+                for n in nodes:
+                    clients[n["node"]].get_object(Bucket=bucket, Key=key)["Body"].read()
+                return leaders.pop()
+            last = f"leaders named: {leaders}"
+        except Exception as e:  # a node without a leader answers 503; status may fail
+            last = f"{type(e).__name__}: {e}"
+        if time.time() - since > timeout:
+            sys.exit(f"FAIL: the cluster did not settle {timeout} s after healing: {last}")
+        time.sleep(0.5)
 
 
 if __name__ == "__main__":
