@@ -61,13 +61,19 @@ def fmt(v, unit):
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
-def table(raw, meta_path):
-    r = parse(raw)
+def read_meta(path):
+    """The KEY=VALUE lines the bench scripts write beside their raw results."""
     meta = {}
-    for line in open(meta_path):
+    for line in open(path):
         if "=" in line:
             k, v = line.rstrip("\n").split("=", 1)
             meta[k] = v
+    return meta
+
+
+def table(raw, meta_path):
+    r = parse(raw)
+    meta = read_meta(meta_path)
     L = []
     L.append(f"# Cairn benchmark ({meta.get('mode', '?')} run)")
     L.append("")
@@ -136,11 +142,7 @@ def table(raw, meta_path):
 
 def cluster_table(raw, meta_path):
     r = parse(raw)
-    meta = {}
-    for line in open(meta_path):
-        if "=" in line:
-            k, v = line.rstrip("\n").split("=", 1)
-            meta[k] = v
+    meta = read_meta(meta_path)
     systems = [("cairn", "Cairn"), ("garage", "Garage"), ("ceph", "Ceph")]
     L = [f"# Cairn cluster benchmark ({meta.get('mode', '?')} run)", ""]
     for k in ("date", "commit", "cairn_bin", "cpu", "cores", "ram", "fs", "client", "load_before",
