@@ -117,16 +117,18 @@ pub fn bind(sys: &Path, bdf: &str) -> Result<Binding, NodeosError> {
 /// Check that `bdf` ended up on vfio-pci (the kernel binds synchronously on the `bind`
 /// write, so this reads the result, it does not wait for it).
 pub fn verify(sys: &Path, bdf: &str) -> Result<(), NodeosError> {
+    verify_driver(sys, bdf, VFIO_DRIVER)
+}
+
+/// Check that `bdf` is bound to `driver` now.
+fn verify_driver(sys: &Path, bdf: &str, driver: &str) -> Result<(), NodeosError> {
     match driver_of(sys, bdf) {
-        Some(d) if d == VFIO_DRIVER => Ok(()),
+        Some(d) if d == driver => Ok(()),
         Some(d) => Err(err(
             bdf,
-            format!("still bound to {d} after binding to {VFIO_DRIVER}"),
+            format!("still bound to {d} after binding to {driver}"),
         )),
-        None => Err(err(
-            bdf,
-            format!("no driver after binding to {VFIO_DRIVER}"),
-        )),
+        None => Err(err(bdf, format!("no driver after binding to {driver}"))),
     }
 }
 
@@ -229,7 +231,7 @@ pub fn release(sys: &Path, proc: &Path, bdf: &str, force: bool) -> Result<Releas
                 return Err(err(
                     bdf,
                     format!(
-                        "in use: /dev/vfio/{group} is open in process {} (datapathd?);                          stop cairn-datapathd first, or use --force",
+                        "in use: /dev/vfio/{group} is open in process {} (datapathd?); stop cairn-datapathd first, or use --force",
                         users
                             .iter()
                             .map(u32::to_string)
@@ -266,17 +268,7 @@ pub fn release(sys: &Path, proc: &Path, bdf: &str, force: bool) -> Result<Releas
 
 /// Check that `bdf` ended up on the nvme driver after [`release`].
 pub fn verify_released(sys: &Path, bdf: &str) -> Result<(), NodeosError> {
-    match driver_of(sys, bdf) {
-        Some(d) if d == NVME_DRIVER => Ok(()),
-        Some(d) => Err(err(
-            bdf,
-            format!("still bound to {d} after binding to {NVME_DRIVER}"),
-        )),
-        None => Err(err(
-            bdf,
-            format!("no driver after binding to {NVME_DRIVER}"),
-        )),
-    }
+    verify_driver(sys, bdf, NVME_DRIVER)
 }
 
 /// `nodeos release-drives [BDF...]`: releases the named controllers, or with none
