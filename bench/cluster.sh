@@ -139,14 +139,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-wait_port() { # HOST PORT SECONDS
-  local i
-  for i in $(seq $(( $3 * 10 ))); do
-    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 hex() { python3 -c "import os; print(os.urandom($1).hex())"; }
 
 # A loopback /24 of our own (127.0.X.0): nothing may listen there already, so this

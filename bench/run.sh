@@ -92,14 +92,8 @@ stop() {
   kill -KILL "$p" 2>/dev/null || true
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { # HOST PORT SECONDS
-  local i
-  for i in $(seq $(( $3 * 10 ))); do
-    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 
 T0=$(date +%s)
 meta mode "$MODE"
