@@ -22,7 +22,7 @@ mod types;
 pub use map::{
     ClusterMap, DriveRecord, MapChange, NodeAdvert, NodeId, NodeRecord, NodeState, Protection,
 };
-pub use types::{Command, Outcome, Secrets};
+pub use types::{Command, Outcome, ProposeRefused, Secrets};
 
 use crate::network::SnapshotHeader;
 use crate::state_machine::{Shared, StateMachine};
@@ -31,7 +31,7 @@ use axum::extract::{Query, State};
 use axum::routing::post;
 use axum::Json;
 use cairn_chunkproto::tls::NodeTls;
-use cairn_meta::{Applied, MetaError, MetaStore, Mutation};
+use cairn_meta::{Commit, MetaError, MetaStore, Proposal};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::{AppendEntriesRequest, VoteRequest};
 use openraft::{BasicNode, ChangeMembers};
@@ -50,6 +50,10 @@ pub const MAX_VOTERS: usize = 5;
 pub enum ClusterError {
     #[error("no quorum: {0}")]
     NoQuorum(String),
+    /// A proposal may have been appended to a leader's log, but its outcome was
+    /// lost (a timeout or reset after sending, a leader change before commit).
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
     #[error("this node is not part of a cluster")]
     NotMember,
     #[error("this node is already part of cluster {0}")]
@@ -74,6 +78,17 @@ impl From<ClusterError> for MetaError {
     fn from(e: ClusterError) -> MetaError {
         MetaError::Unavailable(e.to_string())
     }
+}
+
+/// How long a proposal is retried (and one forward waited for).
+const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Why a forward to the leader produced no outcome.
+enum Forward {
+    /// The leader never got the command.
+    NotSent(ClusterError),
+    /// It may have been appended to the leader's log.
+    MaybeAppended(ClusterError),
 }
 
 /// How a node talks to its peers: HTTPS with mutual TLS, once the node holds a
@@ -521,8 +536,14 @@ impl Cluster {
 
     /// Proposes a command and waits until it is committed and applied; forwards to
     /// the leader when this node is not it. Retries while an election is under way.
+    ///
+    /// Retrying is safe only for commands applied at most once (`MetaOnce`, map
+    /// changes checked against the map). When it gives up after the command may
+    /// have reached a leader's log, the error is [`ClusterError::Unknown`]: the
+    /// command may still commit, and the caller must not act as if it had not.
     pub async fn propose(&self, cmd: Command) -> Result<Outcome, ClusterError> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + PROPOSE_DEADLINE;
+        let mut maybe_appended = false;
         loop {
             let err = match self.raft.client_write(cmd.clone()).await {
                 Ok(resp) => return Ok(resp.data),
@@ -530,35 +551,56 @@ impl Cluster {
                     match f.leader_node {
                         Some(node) => match self.forward(&node.addr, &cmd).await {
                             Ok(o) => return Ok(o),
-                            Err(e) => e,
+                            Err(Forward::NotSent(e)) => e,
+                            Err(Forward::MaybeAppended(e)) => {
+                                maybe_appended = true;
+                                e
+                            }
                         },
                         None => ClusterError::NoQuorum("no leader".into()),
                     }
                 }
-                Err(e) => ClusterError::Raft(e.to_string()),
+                Err(e) => {
+                    // This node led and accepted the entry, or failed in a way
+                    // that does not say it did not.
+                    maybe_appended = true;
+                    ClusterError::Raft(e.to_string())
+                }
             };
             if Instant::now() >= deadline {
-                return Err(match err {
-                    ClusterError::Raft(m) | ClusterError::Peer { msg: m, .. } => {
-                        ClusterError::NoQuorum(m)
+                let msg = err.to_string();
+                return Err(if maybe_appended {
+                    ClusterError::Unknown(msg)
+                } else {
+                    match err {
+                        ClusterError::Raft(m) | ClusterError::Peer { msg: m, .. } => {
+                            ClusterError::NoQuorum(m)
+                        }
+                        e => e,
                     }
-                    e => e,
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
-    async fn forward(&self, addr: &str, cmd: &Command) -> Result<Outcome, ClusterError> {
-        let peer = |e: reqwest::Error| ClusterError::Peer {
-            peer: addr.to_string(),
-            msg: e.to_string(),
+    async fn forward(&self, addr: &str, cmd: &Command) -> Result<Outcome, Forward> {
+        let peer = |e: reqwest::Error| {
+            let not_sent = e.is_connect() || e.is_builder();
+            let err = ClusterError::Peer {
+                peer: addr.to_string(),
+                msg: e.to_string(),
+            };
+            if not_sent {
+                Forward::NotSent(err)
+            } else {
+                Forward::MaybeAppended(err)
+            }
         };
-        let r: Result<Outcome, String> = self
-            .transport
-            .client()?
+        let client = self.transport.client().map_err(Forward::NotSent)?;
+        let r: Result<Outcome, ProposeRefused> = client
             .post(self.transport.url(addr, "/cluster/propose"))
-            .timeout(Duration::from_secs(10))
+            .timeout(PROPOSE_DEADLINE)
             .json(cmd)
             .send()
             .await
@@ -566,9 +608,15 @@ impl Cluster {
             .json()
             .await
             .map_err(peer)?;
-        r.map_err(|msg| ClusterError::Peer {
-            peer: addr.to_string(),
-            msg,
+        r.map_err(|refused| {
+            let err = ClusterError::Peer {
+                peer: addr.to_string(),
+                msg: refused.to_string(),
+            };
+            match refused {
+                ProposeRefused::NotLeader => Forward::NotSent(err),
+                ProposeRefused::Raft(_) => Forward::MaybeAppended(err),
+            }
         })
     }
 
@@ -874,10 +922,14 @@ impl Cluster {
 
 #[async_trait::async_trait]
 impl cairn_meta::MetaLog for Cluster {
-    async fn apply(&self, m: Mutation) -> Result<Applied, MetaError> {
-        match self.propose(Command::Meta(m)).await? {
-            Outcome::Meta(r) => r,
-            o => Err(MetaError::Unavailable(format!("unexpected outcome {o:?}"))),
+    async fn propose(&self, p: Proposal) -> Commit {
+        match self.propose(Command::MetaOnce(p)).await {
+            Ok(Outcome::Meta(Ok(applied))) => Commit::Committed(applied),
+            Ok(Outcome::Meta(Err(e))) => Commit::Rejected(e),
+            Ok(o) => Commit::Unknown(format!("unexpected outcome {o:?}")),
+            Err(ClusterError::Unknown(why)) => Commit::Unknown(why),
+            // Never appended to any log: definitely not applied.
+            Err(e) => Commit::Rejected(e.into()),
         }
     }
 
@@ -952,11 +1004,14 @@ async fn snapshot(
     Ok(Json(c.raft.install_full_snapshot(header.vote, snap).await))
 }
 
-async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, String>> {
+async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, ProposeRefused>> {
     // Only the leader answers; a forwarded proposal is not forwarded again.
     Json(match c.raft.client_write(cmd).await {
         Ok(r) => Ok(r.data),
-        Err(e) => Err(e.to_string()),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+            Err(ProposeRefused::NotLeader)
+        }
+        Err(e) => Err(ProposeRefused::Raft(e.to_string())),
     })
 }
 

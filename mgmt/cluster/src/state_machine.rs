@@ -170,7 +170,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
                 EntryPayload::Normal(Command::Meta(m)) => {
                     slots.push(Slot::Meta(mutations.len()));
-                    mutations.push(m);
+                    mutations.push((None, m));
+                }
+                EntryPayload::Normal(Command::MetaOnce(p)) => {
+                    slots.push(Slot::Meta(mutations.len()));
+                    mutations.push((Some(p.request), p.mutation));
                 }
                 EntryPayload::Normal(Command::Map(change)) => {
                     slots.push(Slot::Map(map.apply(&change).map(|()| map.epoch)));

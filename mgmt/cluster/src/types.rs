@@ -1,7 +1,7 @@
 //! What the Raft log carries, and openraft's type configuration.
 
 use crate::map::MapChange;
-use cairn_meta::{Applied, MetaError, Mutation};
+use cairn_meta::{Applied, MetaError, Mutation, Proposal};
 use serde::{Deserialize, Serialize};
 
 /// One entry of the cluster's log: a metadata change or a map change. Both kinds
@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 /// before the map change that created the drive.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Command {
+    /// A metadata change without a request id (logs written before request ids).
     Meta(Mutation),
+    /// A metadata change applied at most once under its request id.
+    MetaOnce(Proposal),
     Map(MapChange),
     /// The cluster CA and join secret, replicated so that whichever node leads can
     /// admit a joiner. They travel only between certified members and are never
@@ -30,6 +33,19 @@ impl std::fmt::Debug for Secrets {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Secrets(..)")
     }
+}
+
+/// Why the node a proposal was forwarded to did not answer with an outcome; typed
+/// so that the proposer can tell "not appended anywhere" from "may be in the log".
+#[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]
+pub enum ProposeRefused {
+    /// That node is not the leader: it appended nothing.
+    #[error("not the leader")]
+    NotLeader,
+    /// Raft failed after accepting the entry, or for a reason that does not say
+    /// whether it was appended.
+    #[error("raft: {0}")]
+    Raft(String),
 }
 
 /// What applying a [`Command`] produced, returned to the proposer.

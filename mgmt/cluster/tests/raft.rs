@@ -3,7 +3,7 @@
 //! refused.
 
 use cairn_cluster::{Cluster, ClusterConfig, Command, NodeAdvert, Protection, Transport};
-use cairn_meta::{BucketRecord, MetaLog, MetaStore, Mutation};
+use cairn_meta::{BucketRecord, Commit, MetaLog, MetaStore, Mutation, Proposal};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,18 +107,45 @@ async fn three_members_agree_and_survive_the_leader() {
     b.cluster.read_barrier().await.unwrap();
     assert!(b.meta.bucket("one").unwrap().is_some());
     // Conditions are decided once, in log order: a second create fails everywhere.
-    let again = MetaLog::apply(
-        &*b.cluster,
-        match bucket("one") {
-            Command::Meta(m) => m,
-            _ => unreachable!(),
-        },
-    )
-    .await;
+    let once = match bucket("one") {
+        Command::Meta(m) => Proposal::new(m),
+        _ => unreachable!(),
+    };
+    let again = MetaLog::propose(&*b.cluster, once.clone()).await;
     assert!(
-        matches!(again, Err(cairn_meta::MetaError::BucketExists(_))),
+        matches!(
+            again,
+            Commit::Rejected(cairn_meta::MetaError::BucketExists(_))
+        ),
         "{again:?}"
     );
+    // The same request forwarded again through another node gets the first
+    // outcome from the log's window of applied requests, not a second apply.
+    let repeat = MetaLog::propose(&*c.cluster, once.clone()).await;
+    assert!(
+        matches!(
+            repeat,
+            Commit::Rejected(cairn_meta::MetaError::BucketExists(_))
+        ),
+        "{repeat:?}"
+    );
+    let fresh = Proposal::new(match bucket("two") {
+        Command::Meta(m) => m,
+        _ => unreachable!(),
+    });
+    assert!(matches!(
+        MetaLog::propose(&*b.cluster, fresh.clone()).await,
+        Commit::Committed(_)
+    ));
+    // Applied twice would be BucketExists; applied once, the repeat says committed.
+    assert!(matches!(
+        MetaLog::propose(&*c.cluster, fresh.clone()).await,
+        Commit::Committed(_)
+    ));
+    assert!(matches!(
+        MetaLog::propose(&*a.cluster, fresh.fence()).await,
+        Commit::Committed(_)
+    ));
 
     // The voter manager promotes both learners.
     let deadline = std::time::Instant::now() + Duration::from_secs(90);

@@ -16,9 +16,11 @@
 //! requests can never both win.
 
 mod list;
+mod once;
 mod records;
 
 pub use list::{After, Listing};
+pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
 
 use md5::{Digest, Md5};
@@ -69,6 +71,10 @@ pub enum MetaError {
     Record(String),
     #[error("metadata committer has stopped")]
     Stopped,
+    /// The request id was settled by a fence before this proposal was applied: it
+    /// was not, and will never be, applied.
+    #[error("the request was fenced off: it was not applied")]
+    Fenced,
     /// The metadata cannot be reached with the guarantees it needs (in a cluster:
     /// no quorum, or no leader yet).
     #[error("metadata unavailable: {0}")]
@@ -79,17 +85,23 @@ pub enum MetaError {
 /// committer ([`MetaStore`]), or the cluster's Raft log.
 #[async_trait::async_trait]
 pub trait MetaLog: Send + Sync + std::fmt::Debug {
-    /// Applies one mutation; returns once it is durable (in a cluster: committed by
-    /// a quorum and applied here).
-    async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError>;
+    /// Proposes one mutation, applied at most once under its request id; returns
+    /// once it is durable (in a cluster: committed by a quorum and applied here),
+    /// definitely refused, or — when the answer was lost — unknown.
+    async fn propose(&self, proposal: Proposal) -> Commit;
     /// Returns once local reads reflect every mutation acknowledged before the call.
     async fn barrier(&self) -> Result<(), MetaError>;
 }
 
 #[async_trait::async_trait]
 impl MetaLog for MetaStore {
-    async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError> {
-        MetaStore::apply(self, mutation).await
+    async fn propose(&self, proposal: Proposal) -> Commit {
+        match self.submit(Some(proposal.request), proposal.mutation).await {
+            Ok(a) => Commit::Committed(a),
+            // The committer went away with the job: it may have committed it.
+            Err(MetaError::Stopped) => Commit::Unknown(MetaError::Stopped.to_string()),
+            Err(e) => Commit::Rejected(e),
+        }
     }
     async fn barrier(&self) -> Result<(), MetaError> {
         Ok(())
@@ -188,6 +200,10 @@ pub enum Mutation {
         extent: u128,
         moves: Vec<FragmentMove>,
     },
+    /// Settles the outcome of an earlier proposal of the same request id: changes
+    /// nothing, and answers with that proposal's outcome if it was applied, or
+    /// [`MetaError::Fenced`] (and bars it for good) if it was not. See [`once`].
+    Fence,
 }
 
 /// One fragment of an extent, moved from one drive to another.
@@ -218,9 +234,14 @@ struct Dump {
     uploads: Vec<(String, String, Vec<u8>)>,
     parts: Vec<(String, u32, Vec<u8>)>,
     system: Vec<(String, Vec<u8>)>,
+    /// The window of applied requests (id, order, outcome), so that a node
+    /// restored from a snapshot still refuses to apply a request twice.
+    #[serde(default)]
+    requests: Vec<(Vec<u8>, u64, Vec<u8>)>,
 }
 
 struct Job {
+    request: Option<RequestId>,
     mutation: Mutation,
     reply: oneshot::Sender<Result<Applied, MetaError>>,
 }
@@ -257,6 +278,8 @@ impl MetaStore {
             tx.open_table(UPLOADS)?;
             tx.open_table(PARTS)?;
             tx.open_table(SYSTEM)?;
+            tx.open_table(once::REQUESTS)?;
+            tx.open_table(once::REQUEST_ORDER)?;
             tx.commit()?;
         }
         let (jobs, rx) = tokio::sync::mpsc::channel::<Job>(4096);
@@ -268,12 +291,25 @@ impl MetaStore {
         Ok(MetaStore { db, jobs })
     }
 
-    /// Applies one mutation; returns once it is durable.
+    /// Applies one mutation without a request id (no retry protection); returns
+    /// once it is durable. Proposers that may retry use [`MetaLog::propose`].
     pub async fn apply(&self, mutation: Mutation) -> Result<Applied, MetaError> {
+        self.submit(None, mutation).await
+    }
+
+    async fn submit(
+        &self,
+        request: Option<RequestId>,
+        mutation: Mutation,
+    ) -> Result<Applied, MetaError> {
         let (reply, rx) = oneshot::channel();
         // The queue is bounded: when the committer falls behind, callers wait here.
         self.jobs
-            .send(Job { mutation, reply })
+            .send(Job {
+                request,
+                mutation,
+                reply,
+            })
             .await
             .map_err(|_| MetaError::Stopped)?;
         rx.await.map_err(|_| MetaError::Stopped)?
@@ -285,11 +321,14 @@ impl MetaStore {
     /// state machine) is the only writer in a cluster.
     pub fn apply_replicated(
         &self,
-        batch: &[Mutation],
+        batch: &[(Option<RequestId>, Mutation)],
         system: &[(String, Vec<u8>)],
     ) -> Result<Vec<Result<Applied, MetaError>>, MetaError> {
         let tx = self.db.begin_write()?;
-        let results = batch.iter().map(|m| apply(&tx, m)).collect();
+        let results = batch
+            .iter()
+            .map(|(r, m)| once::apply_once(&tx, *r, m))
+            .collect();
         {
             let mut t = tx.open_table(SYSTEM)?;
             for (k, v) in system {
@@ -340,6 +379,12 @@ impl MetaStore {
             dump.system
                 .push((k.value().to_string(), v.value().to_vec()));
         }
+        for e in tx.open_table(once::REQUESTS)?.iter()? {
+            let (k, v) = e?;
+            let (order, outcome) = v.value();
+            dump.requests
+                .push((k.value().to_vec(), order, outcome.to_vec()));
+        }
         let bytes = serde_json::to_vec(&dump)?;
         Ok((bytes, dump.system))
     }
@@ -354,6 +399,8 @@ impl MetaStore {
         tx.delete_table(UPLOADS)?;
         tx.delete_table(PARTS)?;
         tx.delete_table(SYSTEM)?;
+        tx.delete_table(once::REQUESTS)?;
+        tx.delete_table(once::REQUEST_ORDER)?;
         {
             let mut t = tx.open_table(BUCKETS)?;
             for (k, v) in &dump.buckets {
@@ -374,6 +421,12 @@ impl MetaStore {
             let mut t = tx.open_table(SYSTEM)?;
             for (k, v) in &dump.system {
                 t.insert(k.as_str(), v.as_slice())?;
+            }
+            let mut t = tx.open_table(once::REQUESTS)?;
+            let mut order = tx.open_table(once::REQUEST_ORDER)?;
+            for (k, o, v) in &dump.requests {
+                t.insert(k.as_slice(), (*o, v.as_slice()))?;
+                order.insert(*o, k.as_slice())?;
             }
         }
         tx.commit()?;
@@ -522,7 +575,10 @@ fn committer(db: Arc<Database>, mut rx: tokio::sync::mpsc::Receiver<Job>) {
         }
         let (results, commit) = match db.begin_write() {
             Ok(tx) => {
-                let results: Vec<_> = batch.iter().map(|j| apply(&tx, &j.mutation)).collect();
+                let results: Vec<_> = batch
+                    .iter()
+                    .map(|j| once::apply_once(&tx, j.request, &j.mutation))
+                    .collect();
                 (results, tx.commit().map_err(MetaError::from))
             }
             Err(e) => (Vec::new(), Err(MetaError::from(e))),
@@ -608,7 +664,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 serde_json::to_vec(record)?.as_slice(),
             )?;
             Ok(Applied {
-                freed: old.map(|o| o.extents).unwrap_or_default(),
+                freed: unreferenced(old.map(|o| o.extents), &record.extents),
                 object: Some(record.clone()),
             })
         }
@@ -657,7 +713,12 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 serde_json::to_vec(record)?.as_slice(),
             )?;
             let freed = match old {
-                Some(v) => vec![serde_json::from_slice::<PartRecord>(v.value())?.extent],
+                Some(v) => unreferenced(
+                    Some(vec![
+                        serde_json::from_slice::<PartRecord>(v.value())?.extent,
+                    ]),
+                    std::slice::from_ref(&record.extent),
+                ),
                 None => Vec::new(),
             };
             Ok(Applied {
@@ -690,7 +751,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             )?;
             uploads.remove((bucket.as_str(), upload_id.as_str()))?;
             let used: HashSet<u32> = chosen.iter().map(|(n, _)| *n).collect();
-            let mut freed = old.map(|o| o.extents).unwrap_or_default();
+            let mut freed = unreferenced(old.map(|o| o.extents), &record.extents);
             for (n, p) in stored {
                 parts.remove((upload_id.as_str(), n))?;
                 if !used.contains(&n) {
@@ -722,6 +783,8 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 object: None,
             })
         }
+        // Without a request id there is nothing to settle.
+        Mutation::Fence => Ok(Applied::default()),
         Mutation::MoveFragments {
             bucket,
             key,
@@ -768,6 +831,16 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             })
         }
     }
+}
+
+/// The extents of `old` that `new` does not keep: what a replacement frees. Never
+/// the new record's own extents, even when `old` is the same record applied again.
+fn unreferenced(old: Option<Vec<Extent>>, new: &[Extent]) -> Vec<Extent> {
+    let keep: HashSet<u128> = new.iter().map(|e| e.id).collect();
+    old.unwrap_or_default()
+        .into_iter()
+        .filter(|e| !keep.contains(&e.id))
+        .collect()
 }
 
 fn get_object(

@@ -12,6 +12,7 @@
 //! any point leaves either the old object or the new one, plus at worst orphan
 //! chunks that [`ObjectStore::collect_garbage`] removes at the next start.
 
+mod commit;
 mod fabric;
 mod health;
 mod placement;
@@ -28,7 +29,7 @@ use bytes::Bytes;
 use cairn_chunkproto::{ChunkId, DriveReport, FailureCode, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
-    After, Applied, BucketRecord, Extent, Layout, Listing, MetaError, MetaLog, MetaStore, Mutation,
+    After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
     ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
 use futures::stream::BoxStream;
@@ -68,6 +69,16 @@ pub enum ObjectError {
     Erasure(#[from] cairn_erasure::ErasureError),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The metadata log lost the answer and it could not be settled in time: the
+    /// write may or may not have been committed (it is settled in the background).
+    #[error("the outcome of the commit is unknown")]
+    OutcomeUnknown,
+    /// The write was definitely not committed (its request was fenced off).
+    #[error("the write was not committed")]
+    NotCommitted,
+    /// Drives refused the data for want of space (before their delete reserve).
+    #[error("not enough free space on the drives to store the data")]
+    InsufficientStorage,
 }
 
 /// How objects are protected and cut.
@@ -356,25 +367,29 @@ impl ObjectStore {
     }
 
     pub async fn create_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
-        self.log
-            .apply(Mutation::CreateBucket {
+        self.commit(
+            tenant,
+            Mutation::CreateBucket {
                 name: name.to_string(),
                 record: BucketRecord {
                     tenant,
                     created_ms: cairn_meta::now_ms(),
                 },
-            })
-            .await?;
+            },
+            Vec::new(),
+        )
+        .await?;
         Ok(())
     }
 
     pub async fn delete_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
         self.bucket(tenant, name).await?;
-        self.apply_and_free(
+        self.commit(
             tenant,
             Mutation::DeleteBucket {
                 name: name.to_string(),
             },
+            Vec::new(),
         )
         .await?;
         Ok(())
@@ -445,27 +460,19 @@ impl ObjectStore {
         record: ObjectRecord,
         cond: Precondition,
     ) -> Result<ObjectRecord, ObjectError> {
-        let new_extents = record.extents.clone();
-        let res = self
-            .log
-            .apply(Mutation::PutObject {
+        let written = record.extents.clone();
+        self.commit(
+            tenant,
+            Mutation::PutObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
                 record: record.clone(),
                 cond,
-            })
-            .await;
-        match res {
-            Ok(Applied { freed, .. }) => {
-                self.free(tenant, freed);
-                Ok(record)
-            }
-            Err(e) => {
-                // Not committed: the fragments just written are unreferenced.
-                self.free(tenant, new_extents);
-                Err(e.into())
-            }
-        }
+            },
+            written,
+        )
+        .await?;
+        Ok(record)
     }
 
     /// The manifest of `bucket/key`.
@@ -488,12 +495,13 @@ impl ObjectStore {
         key: &str,
     ) -> Result<(), ObjectError> {
         self.bucket(tenant, bucket).await?;
-        self.apply_and_free(
+        self.commit(
             tenant,
             Mutation::DeleteObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
             },
+            Vec::new(),
         )
         .await?;
         Ok(())
@@ -569,8 +577,9 @@ impl ObjectStore {
     ) -> Result<String, ObjectError> {
         self.bucket(tenant, bucket).await?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
-        self.log
-            .apply(Mutation::CreateUpload {
+        self.commit(
+            tenant,
+            Mutation::CreateUpload {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.clone(),
                 record: UploadRecord {
@@ -579,8 +588,10 @@ impl ObjectStore {
                     content_type: attrs.content_type,
                     user_meta: attrs.user_meta,
                 },
-            })
-            .await?;
+            },
+            Vec::new(),
+        )
+        .await?;
         Ok(upload_id)
     }
 
@@ -620,9 +631,9 @@ impl ObjectStore {
         self.upload(tenant, bucket, upload_id, key).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let extent = written.extent.clone();
-        let res = self
-            .log
-            .apply(Mutation::PutPart {
+        self.commit(
+            tenant,
+            Mutation::PutPart {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.to_string(),
                 part,
@@ -631,18 +642,11 @@ impl ObjectStore {
                     modified_ms: cairn_meta::now_ms(),
                     extent: written.extent,
                 },
-            })
-            .await;
-        match res {
-            Ok(a) => {
-                self.free(tenant, a.freed);
-                Ok(written.md5)
-            }
-            Err(e) => {
-                self.free(tenant, vec![extent]);
-                Err(e.into())
-            }
-        }
+            },
+            vec![extent],
+        )
+        .await?;
+        Ok(written.md5)
     }
 
     pub async fn complete_upload(
@@ -656,7 +660,7 @@ impl ObjectStore {
     ) -> Result<ObjectRecord, ObjectError> {
         self.upload(tenant, bucket, upload_id, key).await?;
         let applied = self
-            .apply_and_free(
+            .commit(
                 tenant,
                 Mutation::CompleteUpload {
                     bucket: bucket.to_string(),
@@ -666,6 +670,7 @@ impl ObjectStore {
                     modified_ms: cairn_meta::now_ms(),
                     cond,
                 },
+                Vec::new(),
             )
             .await?;
         applied
@@ -681,12 +686,13 @@ impl ObjectStore {
         upload_id: &str,
     ) -> Result<(), ObjectError> {
         self.upload(tenant, bucket, upload_id, key).await?;
-        self.apply_and_free(
+        self.commit(
             tenant,
             Mutation::AbortUpload {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.to_string(),
             },
+            Vec::new(),
         )
         .await?;
         Ok(())
@@ -694,59 +700,29 @@ impl ObjectStore {
 
     // ---- space ----
 
-    /// Applies a mutation and frees what it unreferenced.
-    async fn apply_and_free(&self, tenant: u64, m: Mutation) -> Result<Applied, ObjectError> {
-        let applied = self.log.apply(m).await?;
-        self.free(tenant, applied.freed.clone());
-        Ok(applied)
+    /// Commits a mutation referencing the freshly written `written` extents and
+    /// frees exactly what its outcome allows: see [`commit`].
+    pub(crate) async fn commit(
+        &self,
+        tenant: u64,
+        m: Mutation,
+        written: Vec<Extent>,
+    ) -> Result<Applied, ObjectError> {
+        self.committer().commit(tenant, m, written).await
     }
 
-    /// Deletes the chunks of extents no manifest references any more, in the
-    /// background, after a grace period: a GET that started before an overwrite or
-    /// delete streams the version it found, and must not lose its fragments midway.
-    /// A crash before the deletion only leaves orphans for the collector.
-    pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
-        if extents.is_empty() {
-            return;
+    pub(crate) fn committer(&self) -> commit::Committer {
+        commit::Committer {
+            log: self.log.clone(),
+            chunks: self.chunks.clone(),
+            grace: self.cfg.free_grace,
         }
-        let chunks = self.chunks.clone();
-        let grace = self.cfg.free_grace;
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            let mut ops = Vec::new();
-            for e in &extents {
-                match &e.layout {
-                    Layout::Replicated { drives } => {
-                        for &drive in drives.iter().filter(|&&d| d != cairn_meta::UNPLACED) {
-                            ops.push(Request::Delete {
-                                drive,
-                                id: chunk_id(e.id, 0, 0),
-                                tenant,
-                            });
-                        }
-                    }
-                    Layout::Erasure { stripes, .. } => {
-                        for (s, stripe) in stripes.iter().enumerate() {
-                            for (f, &drive) in stripe.drives.iter().enumerate() {
-                                if drive != cairn_meta::UNPLACED {
-                                    ops.push(Request::Delete {
-                                        drive,
-                                        id: chunk_id(e.id, s as u32, f as u8),
-                                        tenant,
-                                    });
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            for batch in ops.chunks(1024) {
-                if let Err(e) = chunks.call(batch.to_vec()).await {
-                    tracing::warn!("deleting freed chunks failed (left for the collector): {e}");
-                    return;
-                }
-            }
-        });
+    }
+
+    /// Deletes the chunks of extents no manifest references any more, after the
+    /// grace period for reads in progress.
+    pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
+        commit::free(&self.chunks, tenant, extents, self.cfg.free_grace);
     }
 
     /// Deletes every chunk that no manifest or upload part references. Run before

@@ -334,14 +334,21 @@ impl ObjectStore {
                 continue;
             }
             let n = moves.len() as u64;
+            // The rebuilt copies are not handed to the commit as "written": a
+            // refused move (another repairer won, the object changed) may share
+            // their chunk ids with the winner's copies on the same drive, so they
+            // are left to the collector rather than deleted here.
             match self
-                .log
-                .apply(Mutation::MoveFragments {
-                    bucket: bucket.to_string(),
-                    key: key.to_string(),
-                    extent: e.id,
-                    moves,
-                })
+                .commit(
+                    tenant,
+                    Mutation::MoveFragments {
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                        extent: e.id,
+                        moves,
+                    },
+                    Vec::new(),
+                )
                 .await
             {
                 Ok(_) => {
@@ -358,8 +365,8 @@ impl ObjectStore {
                     }
                 }
                 // The object changed under us: its new version has its own fragments.
-                Err(cairn_meta::MetaError::PreconditionFailed) => {}
-                Err(e) => return Err(e.into()),
+                Err(ObjectError::Meta(cairn_meta::MetaError::PreconditionFailed)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())

@@ -103,6 +103,14 @@ impl ObjectStore {
             done: false,
         };
         let id = rand::random::<u128>() >> 32;
+        let mut unfinished = Unfinished {
+            chunks: self.chunks.clone(),
+            tenant,
+            id,
+            stripes: Vec::new(),
+            inflight: VecDeque::new(),
+            armed: true,
+        };
         let candidates = self.placement_view();
         let small = self.cfg.small_object;
         let mut buf = BytesMut::with_capacity(match len {
@@ -113,12 +121,14 @@ impl ObjectStore {
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
         let extent = if buf.len() <= small && body.done {
-            self.write_replicated(tenant, id, buf.freeze(), &candidates)
+            self.write_replicated(&mut unfinished, buf.freeze(), &candidates)
                 .await?
         } else {
-            self.write_erasure(tenant, id, &mut body, buf, &candidates)
+            self.write_erasure(&mut unfinished, &mut body, buf, &candidates)
                 .await?
         };
+        // From here the caller's commit owns the extent.
+        unfinished.armed = false;
         Ok(Written {
             md5: hex::encode(body.md5.finalize_reset()),
             extent,
@@ -127,11 +137,11 @@ impl ObjectStore {
 
     async fn write_replicated(
         &self,
-        tenant: u64,
-        id: u128,
+        unfinished: &mut Unfinished,
         data: Bytes,
         candidates: &Candidates,
     ) -> Result<Extent, ObjectError> {
+        let (tenant, id) = (unfinished.tenant, unfinished.id);
         let copies = self.cfg.replicas as usize;
         let drives = place(id, 0, copies, candidates);
         let quorum = copies.min(2);
@@ -147,13 +157,28 @@ impl ObjectStore {
                 payload: data.clone(),
             })
             .collect();
-        let placed = put_all(&self.chunks, &self.health, &targets, ops).await?;
-        let ok = placed.iter().filter(|&&d| d != UNPLACED).count();
-        if ok < quorum {
-            return Err(ObjectError::Unavailable(format!(
-                "{ok} of {copies} copies written, {quorum} needed"
-            )));
-        }
+        // Every copy is chunk 0 of "stripe 0", one per drive.
+        unfinished.stripes.push(Planned::Copies(targets.clone()));
+        let (chunks, health) = (self.chunks.clone(), self.health.clone());
+        let len = data.len() as u32;
+        unfinished.inflight.push_back(tokio::spawn(async move {
+            let (placed, full) = put_all(&chunks, &health, &targets, ops).await?;
+            let ok = placed.iter().filter(|&&d| d != UNPLACED).count();
+            if ok < quorum {
+                if full {
+                    return Err(ObjectError::InsufficientStorage);
+                }
+                return Err(ObjectError::Unavailable(format!(
+                    "{ok} of {copies} copies written, {quorum} needed"
+                )));
+            }
+            Ok(Stripe {
+                len,
+                drives: placed,
+            })
+        }));
+        let placed = join(unfinished.inflight.pop_front()).await?.drives;
+
         Ok(Extent {
             id,
             size: data.len() as u64,
@@ -165,8 +190,7 @@ impl ObjectStore {
 
     async fn write_erasure<S, E>(
         &self,
-        tenant: u64,
-        id: u128,
+        unfinished: &mut Unfinished,
         body: &mut Body<S>,
         mut buf: BytesMut,
         candidates: &Candidates,
@@ -180,8 +204,8 @@ impl ObjectStore {
         // A stripe must have every data fragment and at least one parity fragment
         // durable before it counts: fewer would be acknowledged without redundancy.
         let quorum = k as usize + usize::from(m > 0);
+        let (tenant, id) = (unfinished.tenant, unfinished.id);
         let codec = self.codecs.get(k, m)?;
-        let mut inflight = VecDeque::new();
         let mut stripes = Vec::new();
         let mut size = 0u64;
         let mut index = 0u32;
@@ -194,6 +218,7 @@ impl ObjectStore {
             let data = buf.split_to(take).freeze();
             size += data.len() as u64;
             let drives = place(id, index, k as usize + m as usize, candidates);
+            unfinished.stripes.push(Planned::Fragments(drives.clone()));
             let job = StripeJob {
                 chunks: self.chunks.clone(),
                 health: self.health.clone(),
@@ -206,7 +231,7 @@ impl ObjectStore {
                 quorum,
                 drives,
             };
-            inflight.push_back(tokio::spawn(job.run(data)));
+            unfinished.inflight.push_back(tokio::spawn(job.run(data)));
             index += 1;
             if index >= 1 << 24 {
                 return Err(ObjectError::TooLarge {
@@ -214,15 +239,15 @@ impl ObjectStore {
                     max: size - 1,
                 });
             }
-            while inflight.len() >= self.cfg.stripes_in_flight.max(1) {
-                stripes.push(join(inflight.pop_front()).await?);
+            while unfinished.inflight.len() >= self.cfg.stripes_in_flight.max(1) {
+                stripes.push(join(unfinished.inflight.pop_front()).await?);
             }
             if buf.capacity() < stripe_bytes {
                 buf.reserve(stripe_bytes);
             }
         }
         drop(codec);
-        for h in inflight {
+        while let Some(h) = unfinished.inflight.pop_front() {
             stripes.push(join(Some(h)).await?);
         }
         Ok(Extent {
@@ -246,6 +271,74 @@ async fn join(
             .await
             .map_err(|e| ObjectError::Unavailable(format!("stripe writer failed: {e}")))?,
         None => Err(ObjectError::Unavailable("no stripe in flight".into())),
+    }
+}
+
+/// Where the chunks of one started stripe were sent.
+enum Planned {
+    /// A replicated extent's copies: chunk 0 on each drive.
+    Copies(Vec<u16>),
+    /// An erasure-coded stripe: fragment `f` on drive `f` (or `UNPLACED`).
+    Fragments(Vec<u16>),
+}
+
+/// The chunks of an extent being written, deleted unless the write finishes and
+/// hands the extent to a commit: on an error (a short or bad body, a failed
+/// Content-MD5, too few fragments durable) and also when the request is dropped
+/// midway (the client hung up), so a failed upload never holds space until a
+/// restart. Stripes still in flight are waited for first, so no put lands after
+/// the delete that was meant to remove it.
+struct Unfinished {
+    chunks: Fabric,
+    tenant: u64,
+    id: u128,
+    stripes: Vec<Planned>,
+    inflight: VecDeque<tokio::task::JoinHandle<Result<Stripe, ObjectError>>>,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if !self.armed || self.stripes.is_empty() {
+            return;
+        }
+        // Outside a runtime (never, in the daemon) the collector takes them.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (tenant, id) = (self.tenant, self.id);
+        let mut ops = Vec::new();
+        for (s, planned) in self.stripes.iter().enumerate() {
+            match planned {
+                Planned::Copies(drives) => {
+                    ops.extend(drives.iter().map(|&drive| Request::Delete {
+                        drive,
+                        id: chunk_id(id, 0, 0),
+                        tenant,
+                    }))
+                }
+                Planned::Fragments(drives) => {
+                    for (f, &drive) in drives.iter().enumerate() {
+                        if drive != UNPLACED {
+                            ops.push(Request::Delete {
+                                drive,
+                                id: chunk_id(id, s as u32, f as u8),
+                                tenant,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let inflight = std::mem::take(&mut self.inflight);
+        let chunks = self.chunks.clone();
+        tracing::debug!(extent = %format!("{id:024x}"), chunks = ops.len(), "freeing an unfinished write");
+        rt.spawn(async move {
+            for h in inflight {
+                let _ = h.await;
+            }
+            crate::commit::delete_chunks(&chunks, ops).await;
+        });
     }
 }
 
@@ -307,7 +400,7 @@ impl StripeJob {
                 payload,
             });
         }
-        let acked = put_all(&self.chunks, &self.health, &targets, ops).await?;
+        let (acked, full) = put_all(&self.chunks, &self.health, &targets, ops).await?;
         // Map acknowledgements back to fragment positions.
         let mut placed = self.drives.clone();
         for d in placed.iter_mut() {
@@ -317,6 +410,9 @@ impl StripeJob {
         }
         let ok = placed.iter().filter(|&&d| d != UNPLACED).count();
         if ok < self.quorum {
+            if full {
+                return Err(ObjectError::InsufficientStorage);
+            }
             return Err(ObjectError::Unavailable(format!(
                 "stripe {}: {ok} of {} fragments durable, {} needed",
                 self.index,
@@ -332,29 +428,37 @@ impl StripeJob {
 }
 
 /// Sends puts (one per target drive) in one batch; returns the drives that
-/// acknowledged, `UNPLACED` in the position of each that did not.
+/// acknowledged, `UNPLACED` in the position of each that did not, and whether any
+/// refused for want of space.
 async fn put_all(
     chunks: &Fabric,
     health: &crate::DriveHealth,
     targets: &[u16],
     ops: Vec<Request>,
-) -> Result<Vec<u16>, ObjectError> {
+) -> Result<(Vec<u16>, bool), ObjectError> {
     if ops.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     }
     let res = chunks.call(ops).await?;
-    Ok(targets
+    let mut full = false;
+    let placed = targets
         .iter()
         .zip(res)
         .map(|(&d, r)| match r {
             Ok(_) => d,
             Err(f) => {
-                if f.code == FailureCode::DriveFailed {
-                    health.mark_failed(d);
+                match f.code {
+                    FailureCode::DriveFailed => health.mark_failed(d),
+                    FailureCode::NoSpace => {
+                        full = true;
+                        health.mark_full(d);
+                    }
+                    _ => {}
                 }
                 tracing::warn!(drive = d, "fragment write failed: {f}");
                 UNPLACED
             }
         })
-        .collect())
+        .collect();
+    Ok((placed, full))
 }

@@ -24,17 +24,33 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 s3_error!(InvalidPartOrder, "parts must be in ascending order")
             }
             e @ MetaError::EntityTooSmall { .. } => s3_error!(EntityTooSmall, "{e}"),
+            // The details (node ids, addresses) are for the log, not the client.
             e @ MetaError::Unavailable(_) => {
                 tracing::warn!("{e}");
-                s3_error!(ServiceUnavailable, "{e}")
+                s3_error!(
+                    ServiceUnavailable,
+                    "the cluster's metadata is unavailable; retry later"
+                )
             }
             e => internal(e),
         },
         ObjectError::AccessDenied => s3_error!(AccessDenied),
         e @ ObjectError::Unavailable(_) => {
             tracing::error!("{e}");
-            s3_error!(ServiceUnavailable, "{e}")
+            s3_error!(
+                ServiceUnavailable,
+                "not enough drives are reachable to store or read the data; retry later"
+            )
         }
+        ObjectError::OutcomeUnknown => s3_error!(
+            ServiceUnavailable,
+            "the write may or may not have been applied (its commit could not be confirmed); retrying it is safe"
+        ),
+        ObjectError::NotCommitted => s3_error!(
+            ServiceUnavailable,
+            "the write was not applied; retrying it is safe"
+        ),
+        ObjectError::InsufficientStorage => insufficient_storage(),
         e @ (ObjectError::IncompleteBody { .. } | ObjectError::Body(_)) => {
             s3_error!(IncompleteBody, "{e}")
         }
@@ -43,10 +59,21 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
         e @ ObjectError::InvalidPartNumber(_) => s3_error!(InvalidArgument, "{e}"),
         e @ ObjectError::Chunk(_) => {
             tracing::error!("{e}");
-            s3_error!(ServiceUnavailable, "storage is unavailable: {e}")
+            s3_error!(ServiceUnavailable, "storage is unavailable; retry later")
         }
         e => internal(e),
     }
+}
+
+/// 507, as S3-compatible stores answer a full drive set (MinIO's
+/// `XMinioStorageFull` is a 507 too): not retryable until space is freed.
+fn insufficient_storage() -> S3Error {
+    let mut e = S3Error::with_message(
+        s3s::S3ErrorCode::Custom("InsufficientStorage".into()),
+        "the drives are full: delete data to free space (deletes are always accepted)",
+    );
+    e.set_status_code(http::StatusCode::INSUFFICIENT_STORAGE);
+    e
 }
 
 fn internal(e: impl std::fmt::Display) -> S3Error {
