@@ -6,6 +6,8 @@
 //! built into (`cargo test --workspace` builds them); a missing binary is reported
 //! plainly rather than skipped.
 
+pub mod raw;
+
 use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,106 @@
+//! Space on a real node: the fragments of failed and abandoned writes come back at
+//! once (no restart), and a full node refuses writes with a clear 507, still
+//! accepts deletes, and takes writes again once space is freed.
+
+use cairn_it::raw::{read_all, signed_request, Payload};
+use cairn_it::{random_bytes, Node, NodeOptions};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const MIB: usize = 1 << 20;
+
+/// Bytes of live chunks on the node's drives.
+fn used(node: &Node) -> u64 {
+    node.status()["used_bytes"].as_u64().expect("used_bytes")
+}
+
+/// Waits until used space is at most `bound`; returns the last reading.
+async fn wait_used_at_most(node: &Node, bound: u64, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let u = used(node);
+        if u <= bound || Instant::now() > deadline {
+            return u;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_and_abandoned_uploads_return_their_space() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    c.create_bucket().bucket("space").send().await.unwrap();
+    let keep = random_bytes(3 * MIB, 1);
+    cairn_it::put_bytes(&c, "space", "keep", &keep)
+        .await
+        .unwrap();
+    let base = used(&node);
+    assert!(base >= 3 * MIB as u64, "the kept object counts: {base}");
+
+    // Declares 16 MiB, sends 8 MiB, hangs up: several stripes are durable by then.
+    let part = random_bytes(8 * MIB, 2);
+    for i in 0..6 {
+        let mut req = signed_request(
+            &node,
+            "PUT",
+            &format!("/space/abandoned{i}"),
+            &[("content-length", &(16 * MIB).to_string())],
+            b"",
+            Payload::Unsigned,
+        );
+        req.extend_from_slice(&part);
+        let mut s = TcpStream::connect(&node.s3_addr).await.unwrap();
+        s.write_all(&req).await.unwrap();
+        // Let the server store what it has before the connection drops.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(s);
+    }
+    // Whole bodies whose Content-MD5 does not match: refused after every stripe
+    // was written.
+    let body = random_bytes(4 * MIB, 3);
+    for i in 0..3 {
+        let req = {
+            let mut r = signed_request(
+                &node,
+                "PUT",
+                &format!("/space/badmd5{i}"),
+                &[
+                    ("content-length", &body.len().to_string()),
+                    ("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg=="),
+                ],
+                b"",
+                Payload::Unsigned,
+            );
+            r.extend_from_slice(&body);
+            r
+        };
+        let mut s = TcpStream::connect(&node.s3_addr).await.unwrap();
+        s.write_all(&req).await.unwrap();
+        let r = read_all(&mut s).await;
+        assert_eq!(r.status, 400, "bad Content-MD5: {}", r.text);
+        assert!(r.text.contains("BadDigest"), "{}", r.text);
+    }
+    // Nothing of them is left once the deletes have run (no restart), within a
+    // bound of one stripe's worth of bookkeeping.
+    let bound = base + MIB as u64;
+    let after = wait_used_at_most(&node, bound, Duration::from_secs(30)).await;
+    assert!(
+        after <= bound,
+        "failed uploads still hold space: {after} bytes used, {base} before them"
+    );
+    for i in 0..6 {
+        assert!(c
+            .head_object()
+            .bucket("space")
+            .key(format!("abandoned{i}"))
+            .send()
+            .await
+            .is_err());
+    }
+    assert_eq!(
+        cairn_it::get_bytes(&c, "space", "keep").await.unwrap(),
+        keep
+    );
+}
