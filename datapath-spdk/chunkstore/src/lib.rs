@@ -16,7 +16,9 @@
 //! are block-padded and appended; segments are reused only after being freed
 //! durably); or panic on anything read from the device.
 
+mod compact;
 pub mod format;
+mod recovery;
 mod store;
 
 pub use format::{Probe, Superblock};
