@@ -83,7 +83,8 @@ pub struct Report {
     /// What the last open found. Segments whose header, summary or footer was
     /// damaged (their records were rescanned).
     pub damaged_segments_at_open: u64,
-    /// Damaged batches followed by valid data (corruption, not a torn tail).
+    /// Damaged batches followed by valid data (corruption, not a torn tail);
+    /// adjacent batches whose headers are unreadable count as one.
     pub corrupt_batches_at_open: u64,
     /// Records in damaged batches whose header verified but whose payload did not:
     /// chunks known lost (their ids are logged).
