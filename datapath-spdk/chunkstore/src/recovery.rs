@@ -295,22 +295,15 @@ impl ChunkStore {
         for s in to_free {
             store.release(s)?;
         }
-        for s in restamp {
-            // A fresh header: kind compaction (the records keep their older seqs)
-            // under a new open seq, so the seal below matches it.
-            let open_seq = store.next_seq;
+        // Segments whose header was lost get a new open seq above every record (kind
+        // compaction: the records keep their older seqs). The summary and footer go
+        // first, the header last: a crash between the two leaves the header still
+        // damaged and the next open salvages the segment again, whereas a fresh
+        // header beside the earlier footer would look like a compaction target that
+        // crashed before sealing, and be freed.
+        for &s in &restamp {
+            store.segs[s as usize].open_seq = store.next_seq;
             store.next_seq += 1;
-            let mut b = store.qp.alloc_buf(BLOCK)?;
-            b.as_mut_slice()[..SEG_HEADER_LEN].copy_from_slice(
-                &SegmentHeader {
-                    index: s,
-                    kind: SegKind::Compaction,
-                    open_seq,
-                }
-                .encode(),
-            );
-            store.write(store.sb.segment_offset(s), b)?;
-            store.segs[s as usize].open_seq = open_seq;
         }
         for s in to_seal {
             let seg = &store.segs[s as usize];
@@ -324,6 +317,18 @@ impl ChunkStore {
                 continue;
             }
             store.seal(s)?;
+            if restamp.contains(&s) {
+                let mut b = store.qp.alloc_buf(BLOCK)?;
+                b.as_mut_slice()[..SEG_HEADER_LEN].copy_from_slice(
+                    &SegmentHeader {
+                        index: s,
+                        kind: SegKind::Compaction,
+                        open_seq: store.segs[s as usize].open_seq,
+                    }
+                    .encode(),
+                );
+                store.write(store.sb.segment_offset(s), b)?;
+            }
         }
         for (i, s) in store.segs.iter().enumerate() {
             if s.state == SegState::Free {

@@ -204,10 +204,12 @@ impl ChunkStore {
         }
         let info = dev.info();
         let count = info.size().saturating_sub(DATA_OFFSET) / p.segment_size;
-        if count < 2 {
+        // Puts need one segment beyond the reserve.
+        if count < RESERVE as u64 + 1 {
             return Err(StoreError::Mismatch(format!(
-                "device of {} bytes holds fewer than 2 segments of {}",
+                "device of {} bytes holds fewer than {} segments of {}",
                 info.size(),
+                RESERVE + 1,
                 p.segment_size
             )));
         }
