@@ -20,6 +20,7 @@ mod compact;
 pub mod format;
 mod recovery;
 mod store;
+mod write;
 
 pub use format::{Probe, Superblock};
 pub use store::{ChunkStore, FormatParams, Report, WriteOp, WriteOutcome};
