@@ -1,4 +1,6 @@
-//! Compaction: merges sparse sealed segments into one fresh segment and frees them.
+//! Compaction: merges sparse sealed segments into one fresh segment and frees them;
+//! segments with nothing live left are released without a target (so a full drive
+//! whose chunks were deleted gets its space back even with no free segment).
 
 use crate::format::*;
 use crate::store::{ChunkStore, Entry, Io, Seg, SegState, MAX_BATCH_BYTES};
