@@ -4,7 +4,10 @@
 
 use cairn_blockdev::{BlockDevice, RamDevice, UringDevice};
 use cairn_chunkproto::ChunkId;
-use cairn_chunkstore::{format, ChunkStore, FormatParams, StoreError, WriteOp, WriteOutcome};
+use cairn_chunkstore::format::{SegmentFooter, SegmentHeader, BLOCK};
+use cairn_chunkstore::{
+    format, ChunkStore, FormatParams, Report, StoreError, WriteOp, WriteOutcome,
+};
 use std::path::PathBuf;
 
 pub const DATA_MB: u64 = format::DATA_OFFSET;
@@ -128,4 +131,56 @@ pub fn delete(s: &mut ChunkStore, n: u128) -> Result<WriteOutcome, StoreError> {
     }])
     .pop()
     .unwrap()
+}
+
+pub fn put_batch(s: &mut ChunkStore, ns: &[u128], len: usize) {
+    let ds: Vec<Vec<u8>> = ns.iter().map(|&n| data(n, len)).collect();
+    let ops: Vec<WriteOp> = ns
+        .iter()
+        .zip(&ds)
+        .map(|(&n, d)| WriteOp::Put {
+            id: id(n),
+            tenant: 1,
+            key_id: 0,
+            payload: d,
+        })
+        .collect();
+    for r in s.write_batch(&ops) {
+        r.unwrap();
+    }
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Counts {
+    pub damaged_segments: u64,
+    pub corrupt_batches: u64,
+    pub corrupt_records: u64,
+    pub salvaged: u64,
+    pub torn: u64,
+}
+
+pub fn counts(r: &Report) -> Counts {
+    Counts {
+        damaged_segments: r.damaged_segments_at_open,
+        corrupt_batches: r.corrupt_batches_at_open,
+        corrupt_records: r.corrupt_records_at_open,
+        salvaged: r.salvaged_records_at_open,
+        torn: r.torn_batches_at_open,
+    }
+}
+
+/// Segment headers and footers of a raw image.
+pub fn segments(d: &[u8]) -> Vec<(usize, Option<SegmentHeader>, Option<SegmentFooter>)> {
+    let sb = format::Superblock::decode(&d[..BLOCK]).unwrap();
+    (0..sb.segment_count as u32)
+        .map(|s| {
+            let base = sb.segment_offset(s) as usize;
+            let ss = sb.segment_size as usize;
+            (
+                base,
+                SegmentHeader::decode(&d[base..base + BLOCK]).ok(),
+                SegmentFooter::decode(&d[base + ss - BLOCK..base + ss]).ok(),
+            )
+        })
+        .collect()
 }
