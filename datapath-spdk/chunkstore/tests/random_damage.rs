@@ -1,8 +1,9 @@
 //! Random single- and multi-byte damage on a drive with sealed, compacted and open
 //! segments (a property test with a small deterministic PRNG).
 
+use cairn_blockdev::RamFault;
 use cairn_chunkstore::format::{parse_batch, SegKind, BLOCK, RECORD_HEADER};
-use cairn_chunkstore::{ChunkStore, StoreError};
+use cairn_chunkstore::{ChunkStore, StoreError, WriteOp};
 use std::ops::Range;
 
 mod common;
@@ -115,8 +116,27 @@ fn random_damage_never_loses_unhit_chunks_nor_returns_wrong_bytes() {
                 }
             }
         }
+        let mut unacked = Vec::new();
         if variant == 1 {
-            drop(s); // unclean
+            // Unclean: the last write torn after its first block, never acknowledged.
+            let r = b.ram_dev().unwrap();
+            r.inject(Some(RamFault::TearNextWrite { keep: 4096 }));
+            let ns = [next_id + 1, next_id + 2, next_id + 3];
+            let ds: Vec<Vec<u8>> = ns.iter().map(|&n| data(n, 9000)).collect();
+            let ops: Vec<WriteOp> = ns
+                .iter()
+                .zip(&ds)
+                .map(|(&n, d)| WriteOp::Put {
+                    id: id(n),
+                    tenant: 1,
+                    key_id: 0,
+                    payload: d,
+                })
+                .collect();
+            assert!(s.write_batch(&ops).iter().all(|r| r.is_err()));
+            r.inject(None);
+            unacked.extend(ns);
+            drop(s);
         } else {
             s.close().unwrap();
         }
@@ -199,6 +219,13 @@ fn random_damage_never_loses_unhit_chunks_nor_returns_wrong_bytes() {
                             "{what}: chunk {n}: {e}"
                         ),
                     }
+                }
+                for n in &unacked {
+                    let got = s.get(id(*n), 1);
+                    assert!(
+                        matches!(got, Err(StoreError::NotFound)),
+                        "{what}: torn chunk {n}: {got:?}"
+                    );
                 }
                 drop(s);
             }

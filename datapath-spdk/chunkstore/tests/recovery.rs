@@ -132,6 +132,27 @@ fn one_flipped_byte_costs_at_most_one_chunk() {
 }
 
 #[test]
+fn a_lost_newest_record_does_not_bring_back_an_older_one() {
+    for b in Backend::both(4 << 20) {
+        // Chunk 1 written, then overwritten by its tenant in batch 3.
+        let mut s = small_batches(&b, 3);
+        put_batch(&mut s, &[1, 100, 101], SMALL + 8);
+        put_batch(&mut s, &[102], SMALL);
+        let at = rec_off(&s, 3, 0) + RECORD_HEADER + 9;
+        drop(s);
+        b.poke(|d| d[at] ^= 4);
+        let mut s = b.open();
+        assert_eq!(s.report().corrupt_records_at_open, 1);
+        assert!(
+            matches!(s.get(id(1), 1), Err(StoreError::NotFound)),
+            "the older version of chunk 1 was served"
+        );
+        assert_has(&mut s, 100, SMALL + 8);
+        assert_has(&mut s, 0, SMALL);
+    }
+}
+
+#[test]
 fn several_damaged_batches_in_a_row_and_far_apart() {
     for b in Backend::both(4 << 20) {
         let s = small_batches(&b, 12);
