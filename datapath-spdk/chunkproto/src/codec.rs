@@ -37,8 +37,19 @@
 //! | 3 | model |
 //! | 4 | serial number |
 //! | 5 | firmware revision |
+//! | 6 | free segments (decimal) |
+//! | 7 | reserve: free segments puts never take (decimal) |
+//! | 8 | full: puts refused for lack of space (`0` or `1`) |
+//! | 9 | segments found damaged at the last open (decimal) |
+//! | 10 | corrupt batches found at the last open (decimal) |
+//! | 11 | corrupt records (chunks known lost) at the last open (decimal) |
+//! | 12 | records salvaged from damaged batches at the last open (decimal) |
+//! | 13 | torn batches dropped at the last open (decimal) |
 //!
-//! Every field is optional (absent = unknown), unknown tags are skipped, so later
+//! Tags 6..=13 are decoded into [`DriveSpace`](crate::DriveSpace) (present when any
+//! of them is; a number that does not parse is malformed; an older datapathd sends
+//! none and an older client skips them). Every field is optional (absent =
+//! unknown), unknown tags are skipped, so later
 //! versions add tags without a new operation; a repeated tag, a field running past
 //! the block or the block past the frame, or text that is not UTF-8 is malformed.
 //! Compatibility: an old client never sends op 7 and reads op 6 as before; a new
@@ -48,7 +59,8 @@
 //! is updated with it, never across the cluster.
 
 use crate::{
-    ChunkId, DriveReport, DriveState, Failure, FailureCode, ProtoError, Reply, Request, Response,
+    ChunkId, DriveReport, DriveSpace, DriveState, Failure, FailureCode, ProtoError, Reply, Request,
+    Response,
 };
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -75,6 +87,14 @@ const TAG_LOCATION: u8 = 2;
 const TAG_MODEL: u8 = 3;
 const TAG_SERIAL: u8 = 4;
 const TAG_FIRMWARE: u8 = 5;
+const TAG_FREE_SEGMENTS: u8 = 6;
+const TAG_RESERVE_SEGMENTS: u8 = 7;
+const TAG_FULL: u8 = 8;
+const TAG_DAMAGED_SEGMENTS: u8 = 9;
+const TAG_CORRUPT_BATCHES: u8 = 10;
+const TAG_CORRUPT_RECORDS: u8 = 11;
+const TAG_SALVAGED_RECORDS: u8 = 12;
+const TAG_TORN_BATCHES: u8 = 13;
 /// Longest string sent in a reply (reasons, device names, identity fields).
 const MAX_TEXT: usize = 1024;
 
@@ -323,7 +343,25 @@ pub fn encode_response_batch(
                             (TAG_SERIAL, d.serial.as_deref()),
                             (TAG_FIRMWARE, d.firmware.as_deref()),
                         ];
+                        let space = d.space.map(|sp| {
+                            [
+                                (TAG_FREE_SEGMENTS, sp.free_segments),
+                                (TAG_RESERVE_SEGMENTS, sp.reserve_segments),
+                                (TAG_FULL, sp.full as u64),
+                                (TAG_DAMAGED_SEGMENTS, sp.damaged_segments),
+                                (TAG_CORRUPT_BATCHES, sp.corrupt_batches),
+                                (TAG_CORRUPT_RECORDS, sp.corrupt_records),
+                                (TAG_SALVAGED_RECORDS, sp.salvaged_records),
+                                (TAG_TORN_BATCHES, sp.torn_batches),
+                            ]
+                            .map(|(t, n)| (t, n.to_string()))
+                        });
                         let mut ext = BytesMut::new();
+                        for (tag, v) in space.iter().flatten() {
+                            ext.put_u8(*tag);
+                            ext.put_u16_le(v.len() as u16);
+                            ext.put_slice(v.as_bytes());
+                        }
                         for (tag, v) in fields {
                             // Unknown (None or blank) is said by leaving the field out.
                             let Some(v) = v.filter(|v| !v.is_empty()) else {
@@ -334,7 +372,7 @@ pub fn encode_response_batch(
                             ext.put_u16_le(v.len() as u16);
                             ext.put_slice(v.as_bytes());
                         }
-                        // At most 5 x (3 + MAX_TEXT) bytes: fits the u16 length.
+                        // At most 5 x (3 + MAX_TEXT) + 8 x 23 bytes: fits the u16 length.
                         head.put_u16_le(ext.len() as u16);
                         head.put_slice(&ext);
                         total += 2 + ext.len();
@@ -564,6 +602,7 @@ fn read_report(r: &mut Reader) -> Result<DriveReport, ProtoError> {
         model: None,
         serial: None,
         firmware: None,
+        space: None,
     })
 }
 
@@ -573,7 +612,7 @@ fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
     while !r.0.is_empty() {
         let tag = r.u8()?;
         let value = r.string()?;
-        if (TAG_BACKEND..=TAG_FIRMWARE).contains(&tag) {
+        if (TAG_BACKEND..=TAG_TORN_BATCHES).contains(&tag) {
             if seen & (1 << tag) != 0 {
                 return Err(ProtoError::Malformed("repeated drive detail field"));
             }
@@ -585,6 +624,23 @@ fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
             TAG_MODEL => d.model = Some(value),
             TAG_SERIAL => d.serial = Some(value),
             TAG_FIRMWARE => d.firmware = Some(value),
+            TAG_FREE_SEGMENTS..=TAG_TORN_BATCHES => {
+                let n: u64 = value
+                    .parse()
+                    .map_err(|_| ProtoError::Malformed("drive detail field is not a number"))?;
+                let sp = d.space.get_or_insert_with(DriveSpace::default);
+                match tag {
+                    TAG_FREE_SEGMENTS => sp.free_segments = n,
+                    TAG_RESERVE_SEGMENTS => sp.reserve_segments = n,
+                    TAG_FULL if n <= 1 => sp.full = n == 1,
+                    TAG_FULL => return Err(ProtoError::Malformed("drive full is not 0 or 1")),
+                    TAG_DAMAGED_SEGMENTS => sp.damaged_segments = n,
+                    TAG_CORRUPT_BATCHES => sp.corrupt_batches = n,
+                    TAG_CORRUPT_RECORDS => sp.corrupt_records = n,
+                    TAG_SALVAGED_RECORDS => sp.salvaged_records = n,
+                    _ => sp.torn_batches = n,
+                }
+            }
             // A field of a later version: skipped, so it needs no new operation.
             _ => {}
         }
@@ -698,6 +754,7 @@ mod tests {
             model: None,
             serial: None,
             firmware: None,
+            space: None,
         }
     }
 
@@ -716,6 +773,16 @@ mod tests {
             model: Some("QEMU NVMe Ctrl".into()),
             serial: Some("SN-A0".into()),
             firmware: Some("8.2.0".into()),
+            space: Some(DriveSpace {
+                free_segments: 12,
+                reserve_segments: 2,
+                full: false,
+                damaged_segments: 1,
+                corrupt_batches: 2,
+                corrupt_records: 3,
+                salvaged_records: 40,
+                torn_batches: 1,
+            }),
         }
     }
 
@@ -778,6 +845,7 @@ mod tests {
         none.model = None;
         none.serial = None;
         none.firmware = None;
+        none.space = None;
         let mut some = details();
         some.model = None;
         some.firmware = None;
@@ -870,6 +938,41 @@ mod tests {
         body.extend_from_slice(&2u16.to_le_bytes());
         body.extend_from_slice(&field(TAG_MODEL, b"x"));
         assert!(decode_responses(raw_response(1, &body)).is_err());
+    }
+
+    #[test]
+    fn drive_space_fields_are_numbers() {
+        // Any of them makes the space known, the rest reading 0.
+        let fields = [field(TAG_FREE_SEGMENTS, b"7"), field(TAG_FULL, b"1")].concat();
+        match &decode_responses(with_fields(&fields)).unwrap()[0] {
+            Ok(Reply::DriveDetails(d)) => assert_eq!(
+                d.space,
+                Some(DriveSpace {
+                    free_segments: 7,
+                    full: true,
+                    ..DriveSpace::default()
+                })
+            ),
+            other => panic!("{other:?}"),
+        }
+        match &decode_responses(with_fields(&field(TAG_SERIAL, b"S1"))).unwrap()[0] {
+            Ok(Reply::DriveDetails(d)) => assert_eq!(d.space, None),
+            other => panic!("{other:?}"),
+        }
+        for f in [
+            field(TAG_FREE_SEGMENTS, b"x"),
+            field(TAG_TORN_BATCHES, b"-1"),
+            field(TAG_FULL, b"2"),
+            [field(TAG_FULL, b"0"), field(TAG_FULL, b"0")].concat(),
+        ] {
+            assert!(
+                matches!(
+                    decode_responses(with_fields(&f)),
+                    Err(ProtoError::Malformed(_))
+                ),
+                "{f:?}"
+            );
+        }
     }
 
     #[test]

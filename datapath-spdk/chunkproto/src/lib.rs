@@ -287,6 +287,31 @@ pub struct DriveReport {
     pub model: Option<String>,
     pub serial: Option<String>,
     pub firmware: Option<String>,
+    /// Free space and the damage the drive's last open found. Like the identity,
+    /// travels only in a `DriveDetails` reply: `None` in a `DriveInfo` reply and
+    /// whenever the server did not say.
+    pub space: Option<DriveSpace>,
+}
+
+/// A drive's free segments, its reserve, whether it is full, and what the chunk
+/// store found damaged when it last opened the drive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriveSpace {
+    pub free_segments: u64,
+    /// Free segments puts never take (compaction's target, deletes' tombstones).
+    pub reserve_segments: u64,
+    /// Puts are refused for lack of space until deletes and compaction free some.
+    pub full: bool,
+    /// Segments whose header, summary or footer was damaged (rescanned).
+    pub damaged_segments: u64,
+    /// Damaged batches followed by valid data.
+    pub corrupt_batches: u64,
+    /// Records known lost (header intact, payload damaged).
+    pub corrupt_records: u64,
+    /// Records kept from inside damaged batches.
+    pub salvaged_records: u64,
+    /// Unreadable last batches dropped as torn writes (never acknowledged).
+    pub torn_batches: u64,
 }
 
 /// The successful result of one operation.

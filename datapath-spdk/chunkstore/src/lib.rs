@@ -8,6 +8,22 @@
 //! summary so the index rebuilds at open without reading payloads. The byte layout
 //! is in [`format`] and datapath-spdk/README.md.
 //!
+//! Damage found at open costs as little as the format allows (see `recovery.rs`):
+//! a bad batch followed by valid ones is skipped and every record in it whose own
+//! checksums verify is kept, so one flipped byte costs at most the chunk it hit
+//! (which then reads as `NotFound`, for the layer above to repair from other
+//! drives); only a bad last batch with nothing valid after it is dropped as a torn,
+//! never acknowledged, write. Segments whose header, summary or footer is damaged
+//! are rescanned rather than freed. What was found is logged and counted in
+//! [`Report`].
+//!
+//! Space: the last two free segments are a reserve that puts never take: one for
+//! compaction's target, one for tombstones, so deletes succeed on a full drive.
+//! Puts get `NoSpace` before the reserve is touched (and [`Report::full`] says so);
+//! a segment opened from the reserve for tombstones takes no puts until compaction
+//! (run on demand by the next write) has made the reserve whole again, which it
+//! does by releasing the segments whose chunks were deleted.
+//!
 //! What it must never do: acknowledge a write before it is durable (every batch is
 //! one FUA write and callers get results only after it completes); return bytes
 //! whose checksums or identity (chunk id, tenant) do not verify (they are reported
@@ -16,8 +32,11 @@
 //! are block-padded and appended; segments are reused only after being freed
 //! durably); or panic on anything read from the device.
 
+mod compact;
 pub mod format;
+mod recovery;
 mod store;
+mod write;
 
 pub use format::{Probe, Superblock};
 pub use store::{ChunkStore, FormatParams, Report, WriteOp, WriteOutcome};

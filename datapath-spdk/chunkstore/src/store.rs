@@ -1,13 +1,16 @@
-//! The chunk store proper: segments, group commit, index rebuild, compaction.
+//! The chunk store proper: its state, format, segment lifecycle, reads and
+//! reports. Writes (group commit and the reserve) are in `write.rs`, open and
+//! recovery in `recovery.rs`, compaction in `compact.rs`.
 //!
 //! I/O is issued through the queue pair and waited for inside each call: a call is
 //! one reactor step for its drive (a whole group-committed batch, or all the reads
 //! of a batch issued together). Reads of one call run in parallel on the queue.
 
 use crate::format::*;
+use crate::recovery::OpenStats;
 use crate::{Result, StoreError};
 use bytes::Bytes;
-use cairn_blockdev::{BlockDevice, BlockError, Completion, DeviceInfo, DmaBuf, QueuePair};
+use cairn_blockdev::{BlockDevice, Completion, DeviceInfo, DmaBuf, QueuePair};
 use cairn_chunkproto::{ChunkId, TenantId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -15,9 +18,16 @@ use std::time::{Duration, Instant};
 
 /// Largest single write; bigger batches are split (each piece is still durable
 /// before anything is acknowledged).
-const MAX_BATCH_BYTES: usize = 8 << 20;
-/// Free segments held back from new writes so compaction always has a target.
-const RESERVED_SEGMENTS: usize = 1;
+pub(crate) const MAX_BATCH_BYTES: usize = 8 << 20;
+/// Free segments only compaction may take (its target).
+pub(crate) const COMPACTION_RESERVE: usize = 1;
+/// Free segments only tombstones (and compaction) may take, so deletes succeed on a
+/// full drive. One segment holds `segment_size / 4096 - 3` delete batches (each any
+/// number of tombstones); when it fills, compaction frees the segments whose
+/// chunks were deleted before another is taken.
+pub(crate) const DELETE_RESERVE: usize = 1;
+/// Free segments puts never take.
+pub(crate) const RESERVE: usize = COMPACTION_RESERVE + DELETE_RESERVE;
 /// A device that does not complete an I/O in this long is treated as failed.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -67,43 +77,61 @@ pub struct Report {
     pub chunks: u64,
     pub free_segments: u64,
     pub segments: u64,
+    /// Free segments puts never take: compaction's target and deletes' tombstones.
+    pub reserve_segments: u64,
+    /// No room for puts: they are refused with `NoSpace` until deletes and
+    /// compaction free a segment (mgmt should say "full" and place elsewhere).
+    pub full: bool,
+    /// What the last open found. Segments whose header, summary or footer was
+    /// damaged (their records were rescanned).
+    pub damaged_segments_at_open: u64,
+    /// Damaged batches followed by valid data (corruption, not a torn tail);
+    /// adjacent batches whose headers are unreadable count as one.
+    pub corrupt_batches_at_open: u64,
+    /// Records in damaged batches whose header verified but whose payload did not:
+    /// chunks known lost (their ids are logged).
+    pub corrupt_records_at_open: u64,
+    /// Records kept from inside damaged batches.
+    pub salvaged_records_at_open: u64,
+    /// Unreadable last batches dropped as torn writes (never acknowledged).
+    pub torn_batches_at_open: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Entry {
-    seg: u32,
-    off: u32,
-    plen: u32,
-    crc: u32,
-    seq: u64,
-    tenant: TenantId,
+pub(crate) struct Entry {
+    pub(crate) seg: u32,
+    pub(crate) off: u32,
+    pub(crate) plen: u32,
+    pub(crate) crc: u32,
+    pub(crate) seq: u64,
+    pub(crate) tenant: TenantId,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SegState {
+pub(crate) enum SegState {
     Free,
     Open,
     Sealed,
 }
 
 #[derive(Clone, Debug)]
-struct Seg {
-    state: SegState,
-    open_seq: u64,
+pub(crate) struct Seg {
+    pub(crate) state: SegState,
+    pub(crate) open_seq: u64,
     /// Next write position within the segment (block aligned).
-    write_off: u64,
+    pub(crate) write_off: u64,
     /// Records written to this segment; kept only while it is open (for the summary).
-    entries: Vec<SummaryEntry>,
+    pub(crate) entries: Vec<SummaryEntry>,
     /// Bytes of live put records.
-    live: u64,
+    pub(crate) live: u64,
     /// Bytes of all records written.
-    used: u64,
+    pub(crate) used: u64,
     /// Lowest seq of any record in the segment (u64::MAX when none).
-    min_seq: u64,
+    pub(crate) min_seq: u64,
 }
 
 impl Seg {
-    fn free() -> Self {
+    pub(crate) fn free() -> Self {
         Seg {
             state: SegState::Free,
             open_seq: 0,
@@ -116,7 +144,7 @@ impl Seg {
     }
 }
 
-enum Io {
+pub(crate) enum Io {
     Read { off: u64, len: u64 },
     Write { off: u64, buf: DmaBuf },
     Trim { off: u64, len: u64 },
@@ -124,18 +152,23 @@ enum Io {
 
 /// One drive's chunk store. See the crate documentation.
 pub struct ChunkStore {
-    qp: Box<dyn QueuePair>,
-    sb: Superblock,
+    pub(crate) qp: Box<dyn QueuePair>,
+    pub(crate) sb: Superblock,
     /// The device as it was at open (backend, location, identity, geometry).
-    device: DeviceInfo,
-    segs: Vec<Seg>,
-    free: BTreeSet<u32>,
-    open: Option<u32>,
-    index: BTreeMap<ChunkId, Entry>,
+    pub(crate) device: DeviceInfo,
+    pub(crate) segs: Vec<Seg>,
+    pub(crate) free: BTreeSet<u32>,
+    pub(crate) open: Option<u32>,
+    /// The open segment was taken from the reserve (for tombstones): puts stay out of
+    /// it until the reserve is whole again.
+    pub(crate) open_from_reserve: bool,
+    pub(crate) index: BTreeMap<ChunkId, Entry>,
     /// Chunks whose newest record is a tombstone, and where that tombstone lives.
-    tombs: HashMap<ChunkId, Entry>,
-    next_seq: u64,
-    failed: Option<String>,
+    pub(crate) tombs: HashMap<ChunkId, Entry>,
+    pub(crate) next_seq: u64,
+    pub(crate) failed: Option<String>,
+    /// What the last open found damaged or salvaged.
+    pub(crate) open_stats: OpenStats,
 }
 
 impl std::fmt::Debug for ChunkStore {
@@ -173,10 +206,12 @@ impl ChunkStore {
         }
         let info = dev.info();
         let count = info.size().saturating_sub(DATA_OFFSET) / p.segment_size;
-        if count < 2 {
+        // Puts need one segment beyond the reserve.
+        if count < RESERVE as u64 + 1 {
             return Err(StoreError::Mismatch(format!(
-                "device of {} bytes holds fewer than 2 segments of {}",
+                "device of {} bytes holds fewer than {} segments of {}",
                 info.size(),
+                RESERVE + 1,
                 p.segment_size
             )));
         }
@@ -209,174 +244,6 @@ impl ChunkStore {
         Self::open(dev)
     }
 
-    /// Opens a formatted device and rebuilds the index: sealed segments from their
-    /// summaries, unsealed ones by scanning their batches up to the first invalid
-    /// one (a torn tail: never acknowledged). Unsealed segments are then sealed, so
-    /// nothing is ever appended after a torn tail.
-    pub fn open(dev: &dyn BlockDevice) -> Result<Self> {
-        let info = dev.info();
-        let mut qp = dev.open_queue()?;
-        let b0 = read_sync(qp.as_mut(), 0, BLOCK as u64)?;
-        let sb = match Superblock::probe(b0.as_slice()) {
-            Probe::Cairn(sb) => sb,
-            Probe::Blank => return Err(StoreError::NotFormatted),
-            Probe::Foreign => return Err(StoreError::Foreign),
-        };
-        let end = sb.data_offset + sb.segment_count * sb.segment_size;
-        if end > info.size() {
-            return Err(StoreError::Mismatch(format!(
-                "superblock describes {end} bytes, device has {}",
-                info.size()
-            )));
-        }
-        let n = sb.segment_count as u32;
-        let ss = sb.segment_size;
-        // Headers and footers of every segment, in one parallel round.
-        let mut ios = Vec::with_capacity(2 * n as usize);
-        for s in 0..n {
-            ios.push(Io::Read {
-                off: sb.segment_offset(s),
-                len: BLOCK as u64,
-            });
-            ios.push(Io::Read {
-                off: sb.segment_offset(s) + ss - BLOCK as u64,
-                len: BLOCK as u64,
-            });
-        }
-        let mut blocks = run(qp.as_mut(), ios).into_iter();
-        let mut segs = vec![Seg::free(); n as usize];
-        let mut all: Vec<(u32, SummaryEntry)> = Vec::new();
-        let mut max_seq = 0u64;
-        let mut to_free = Vec::new();
-        let mut to_seal = Vec::new();
-        for s in 0..n {
-            let (Some(h), Some(f)) = (blocks.next(), blocks.next()) else {
-                break;
-            };
-            let (h, f) = (h?, f?);
-            let Ok(hdr) = SegmentHeader::decode(h.as_slice()) else {
-                continue; // free (zeroed) or never used
-            };
-            if hdr.index != s {
-                to_free.push(s);
-                continue;
-            }
-            max_seq = max_seq.max(hdr.open_seq);
-            let base = sb.segment_offset(s);
-            let mut entries = None;
-            if let Ok(ft) = SegmentFooter::decode(f.as_slice()) {
-                let so = ft.summary_offset as u64;
-                if ft.index == s
-                    && ft.open_seq == hdr.open_seq
-                    && so >= BLOCK as u64
-                    && so < ss - BLOCK as u64
-                    && so.is_multiple_of(BLOCK as u64)
-                {
-                    let sum = read_sync(qp.as_mut(), base + so, ss - BLOCK as u64 - so)?;
-                    if let Ok(e) = parse_summary(sum.as_slice(), ft.entries, ft.summary_crc) {
-                        entries = Some(e);
-                    }
-                }
-            }
-            let seg = &mut segs[s as usize];
-            seg.open_seq = hdr.open_seq;
-            match entries {
-                Some(e) => {
-                    seg.state = SegState::Sealed;
-                    for x in e {
-                        all.push((s, x));
-                    }
-                }
-                None if hdr.kind == SegKind::Compaction => {
-                    // Compaction crashed before sealing its target: the sources are
-                    // intact, so the partial copy is dropped.
-                    to_free.push(s);
-                }
-                None => {
-                    let region =
-                        read_sync(qp.as_mut(), base + BLOCK as u64, ss - 2 * BLOCK as u64)?;
-                    let e = scan_segment(region.as_slice(), hdr.open_seq);
-                    if e.is_empty() {
-                        to_free.push(s);
-                        continue;
-                    }
-                    seg.state = SegState::Open;
-                    seg.write_off = e
-                        .iter()
-                        .map(|x| round_block(x.offset as u64 + record_len(x.payload_len)))
-                        .max()
-                        .unwrap_or(BLOCK as u64);
-                    seg.entries = e.clone();
-                    for x in e {
-                        all.push((s, x));
-                    }
-                    to_seal.push(s);
-                }
-            }
-        }
-        // Highest seq wins; equal seqs (a compaction copy and its source) are the
-        // same record, either copy will do.
-        let mut best: HashMap<ChunkId, (u32, SummaryEntry)> = HashMap::new();
-        for (s, e) in all {
-            max_seq = max_seq.max(e.seq);
-            let seg = &mut segs[s as usize];
-            seg.used += record_len(e.payload_len);
-            seg.min_seq = seg.min_seq.min(e.seq);
-            match best.get(&e.id) {
-                Some((_, b)) if b.seq >= e.seq => {}
-                _ => {
-                    best.insert(e.id, (s, e));
-                }
-            }
-        }
-        let mut index = BTreeMap::new();
-        let mut tombs = HashMap::new();
-        for (id, (s, e)) in best {
-            let entry = Entry {
-                seg: s,
-                off: e.offset,
-                plen: e.payload_len,
-                crc: e.payload_crc,
-                seq: e.seq,
-                tenant: e.tenant,
-            };
-            match e.kind {
-                RecordKind::Put => {
-                    segs[s as usize].live += record_len(e.payload_len);
-                    index.insert(id, entry);
-                }
-                RecordKind::Tombstone => {
-                    tombs.insert(id, entry);
-                }
-            }
-        }
-        let mut store = ChunkStore {
-            qp,
-            device: info,
-            sb,
-            segs,
-            free: BTreeSet::new(),
-            open: None,
-            index,
-            tombs,
-            next_seq: max_seq + 1,
-            failed: None,
-        };
-        for s in to_free {
-            store.release(s)?;
-        }
-        for s in to_seal {
-            store.seal(s)?;
-        }
-        for (i, s) in store.segs.iter().enumerate() {
-            if s.state == SegState::Free {
-                store.free.insert(i as u32);
-            }
-        }
-        tracing::debug!(device = %store.device.name, chunks = store.index.len(), free = store.free.len(), "chunk store open");
-        Ok(store)
-    }
-
     /// The drive's superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb
@@ -399,14 +266,14 @@ impl ChunkStore {
         (room - BATCH_HEADER as u64 - RECORD_HEADER as u64 - 8).min(u32::MAX as u64) as usize
     }
 
-    fn check_ok(&self) -> Result<()> {
+    pub(crate) fn check_ok(&self) -> Result<()> {
         match &self.failed {
             Some(why) => Err(StoreError::Failed(why.clone())),
             None => Ok(()),
         }
     }
 
-    fn io(&mut self, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
+    pub(crate) fn io(&mut self, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
         let res = run(self.qp.as_mut(), ios);
         for r in &res {
             if let Err(e) = r {
@@ -420,7 +287,7 @@ impl ChunkStore {
         res
     }
 
-    fn write(&mut self, off: u64, buf: DmaBuf) -> Result<()> {
+    pub(crate) fn write(&mut self, off: u64, buf: DmaBuf) -> Result<()> {
         self.io(vec![Io::Write { off, buf }])
             .pop()
             .unwrap_or(Err(StoreError::Malformed("no completion")))?;
@@ -428,7 +295,7 @@ impl ChunkStore {
     }
 
     /// Durably marks a segment free (zeroed header) and gives its space back.
-    fn release(&mut self, s: u32) -> Result<()> {
+    pub(crate) fn release(&mut self, s: u32) -> Result<()> {
         let off = self.sb.segment_offset(s);
         self.write(off, self.qp.alloc_buf(BLOCK)?)?;
         // Punching the rest is only an optimisation (and drops the stale footer).
@@ -444,7 +311,7 @@ impl ChunkStore {
         Ok(())
     }
 
-    fn open_segment(&mut self, kind: SegKind) -> Result<u32> {
+    pub(crate) fn open_segment(&mut self, kind: SegKind) -> Result<u32> {
         let s = self.free.pop_first().ok_or(StoreError::NoSpace)?;
         let open_seq = self.next_seq;
         self.next_seq += 1;
@@ -469,7 +336,7 @@ impl ChunkStore {
     }
 
     /// Writes the summary and footer into the segment's tail.
-    fn seal(&mut self, s: u32) -> Result<()> {
+    pub(crate) fn seal(&mut self, s: u32) -> Result<()> {
         let ss = self.sb.segment_size;
         let seg = &self.segs[s as usize];
         let slen = summary_len(seg.entries.len());
@@ -496,240 +363,6 @@ impl ChunkStore {
             self.open = None;
         }
         Ok(())
-    }
-
-    fn fits(&self, s: u32, batch_len: usize, records: usize) -> bool {
-        let seg = &self.segs[s as usize];
-        seg.write_off
-            + round_block(batch_len as u64)
-            + summary_len(seg.entries.len() + records)
-            + BLOCK as u64
-            <= self.sb.segment_size
-    }
-
-    fn ensure_open(&mut self) -> Result<u32> {
-        if let Some(s) = self.open {
-            return Ok(s);
-        }
-        if self.free.len() <= RESERVED_SEGMENTS {
-            self.compact(0.9)?;
-        }
-        if self.free.len() <= RESERVED_SEGMENTS {
-            return Err(StoreError::NoSpace);
-        }
-        let s = self.open_segment(SegKind::Log)?;
-        self.open = Some(s);
-        Ok(s)
-    }
-
-    fn apply(&mut self, s: u32, off: u32, h: &RecordHeader) {
-        let size = record_len(h.payload_len);
-        let seg = &mut self.segs[s as usize];
-        seg.used += size;
-        seg.min_seq = seg.min_seq.min(h.seq);
-        seg.entries.push(SummaryEntry {
-            seq: h.seq,
-            id: h.id,
-            tenant: h.tenant,
-            offset: off,
-            payload_len: h.payload_len,
-            payload_crc: h.payload_crc,
-            kind: h.kind,
-        });
-        let entry = Entry {
-            seg: s,
-            off,
-            plen: h.payload_len,
-            crc: h.payload_crc,
-            seq: h.seq,
-            tenant: h.tenant,
-        };
-        let old = match h.kind {
-            RecordKind::Put => {
-                self.segs[s as usize].live += size;
-                self.tombs.remove(&h.id);
-                self.index.insert(h.id, entry)
-            }
-            RecordKind::Tombstone => {
-                self.tombs.insert(h.id, entry);
-                self.index.remove(&h.id)
-            }
-        };
-        if let Some(o) = old {
-            let seg = &mut self.segs[o.seg as usize];
-            seg.live = seg.live.saturating_sub(record_len(o.plen));
-        }
-    }
-
-    /// Group commit: writes all `ops` as (normally) one durable write and returns one
-    /// result per op, in order, only after the data is on stable media.
-    pub fn write_batch(&mut self, ops: &[WriteOp<'_>]) -> Vec<Result<WriteOutcome>> {
-        let mut results: Vec<Option<Result<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
-        if let Err(e) = self.check_ok() {
-            return ops
-                .iter()
-                .map(|_| Err(StoreError::Failed(e.to_string())))
-                .collect();
-        }
-        // Plan: decide each op against the index as updated by the ops before it.
-        let mut view: HashMap<ChunkId, Option<TenantId>> = HashMap::new();
-        let mut plan: Vec<(usize, RecordHeader, &[u8])> = Vec::new();
-        let max = self.max_payload();
-        for (i, op) in ops.iter().enumerate() {
-            let (id, tenant) = match op {
-                WriteOp::Put { id, tenant, .. } | WriteOp::Delete { id, tenant } => (*id, *tenant),
-            };
-            let owner = match view.get(&id) {
-                Some(o) => *o,
-                None => self.index.get(&id).map(|e| e.tenant),
-            };
-            match op {
-                WriteOp::Put {
-                    key_id, payload, ..
-                } => {
-                    if payload.len() > max {
-                        results[i] = Some(Err(StoreError::TooLarge(payload.len(), max)));
-                    } else if owner.is_some_and(|t| t != tenant) {
-                        results[i] = Some(Err(StoreError::TenantConflict));
-                    } else {
-                        view.insert(id, Some(tenant));
-                        let h = RecordHeader {
-                            kind: RecordKind::Put,
-                            id,
-                            tenant,
-                            key_id: *key_id,
-                            payload_len: payload.len() as u32,
-                            payload_crc: crc32c::crc32c(payload),
-                            seq: 0,
-                        };
-                        plan.push((i, h, payload));
-                    }
-                }
-                WriteOp::Delete { .. } => {
-                    if owner == Some(tenant) {
-                        view.insert(id, None);
-                        let h = RecordHeader {
-                            kind: RecordKind::Tombstone,
-                            id,
-                            tenant,
-                            key_id: 0,
-                            payload_len: 0,
-                            payload_crc: crc32c::crc32c(&[]),
-                            seq: 0,
-                        };
-                        plan.push((i, h, &[]));
-                    } else {
-                        // Absent, or another tenant's: nothing to delete, nothing written.
-                        results[i] = Some(Ok(WriteOutcome::Delete { existed: false }));
-                    }
-                }
-            }
-        }
-        let mut i = 0;
-        while i < plan.len() {
-            let s = match self.ensure_open() {
-                Ok(s) => s,
-                Err(e) => {
-                    let msg = e.to_string();
-                    for (k, _, _) in &plan[i..] {
-                        results[*k] = Some(Err(match e {
-                            StoreError::NoSpace => StoreError::NoSpace,
-                            _ => StoreError::Failed(msg.clone()),
-                        }));
-                    }
-                    break;
-                }
-            };
-            let mut j = i;
-            let mut blen = BATCH_HEADER;
-            while j < plan.len() {
-                let nb = blen + record_len(plan[j].1.payload_len) as usize;
-                if nb > MAX_BATCH_BYTES && j > i {
-                    break;
-                }
-                if !self.fits(s, nb, j - i + 1) {
-                    break;
-                }
-                blen = nb;
-                j += 1;
-            }
-            if j == i && self.segs[s as usize].entries.is_empty() {
-                // Cannot happen for a validated size; never loop on it.
-                let (k, h, _) = &plan[i];
-                results[*k] = Some(Err(StoreError::TooLarge(h.payload_len as usize, max)));
-                i += 1;
-                continue;
-            }
-            if j == i {
-                // Not even one more record fits: seal and roll to a fresh segment.
-                if let Err(e) = self.seal(s) {
-                    let msg = e.to_string();
-                    for (k, _, _) in &plan[i..] {
-                        results[*k] = Some(Err(StoreError::Failed(msg.clone())));
-                    }
-                    break;
-                }
-                continue;
-            }
-            // Lay the records out in one buffer: this is the one copy of a payload.
-            let mut buf = match self.qp.alloc_buf(blen) {
-                Ok(b) => b,
-                Err(e) => {
-                    for (k, _, _) in &plan[i..] {
-                        results[*k] = Some(Err(StoreError::Io(BlockError::Alloc(blen))));
-                    }
-                    tracing::error!("{e}");
-                    break;
-                }
-            };
-            let first_seq = self.next_seq;
-            let mut placed = Vec::with_capacity(j - i);
-            {
-                let b = buf.as_mut_slice();
-                let mut pos = BATCH_HEADER;
-                for (_, h, payload) in &mut plan[i..j] {
-                    h.seq = self.next_seq;
-                    self.next_seq += 1;
-                    b[pos..pos + RECORD_HEADER].copy_from_slice(&h.encode());
-                    b[pos + RECORD_HEADER..pos + RECORD_HEADER + payload.len()]
-                        .copy_from_slice(payload);
-                    placed.push(pos);
-                    pos += record_len(h.payload_len) as usize;
-                }
-                let bh = BatchHeader {
-                    records: (j - i) as u32,
-                    len: blen as u32,
-                    first_seq,
-                    body_crc: crc32c::crc32c(&b[BATCH_HEADER..blen]),
-                };
-                b[..BATCH_HEADER].copy_from_slice(&bh.encode());
-            }
-            let wo = self.segs[s as usize].write_off;
-            match self.write(self.sb.segment_offset(s) + wo, buf) {
-                Ok(()) => {
-                    for (n, (k, h, _)) in plan[i..j].iter().enumerate() {
-                        self.apply(s, (wo as usize + placed[n]) as u32, h);
-                        results[*k] = Some(Ok(match h.kind {
-                            RecordKind::Put => WriteOutcome::Put,
-                            RecordKind::Tombstone => WriteOutcome::Delete { existed: true },
-                        }));
-                    }
-                    self.segs[s as usize].write_off = wo + round_block(blen as u64);
-                }
-                Err(e) => {
-                    let msg = e.to_string();
-                    for (k, _, _) in &plan[i..] {
-                        results[*k] = Some(Err(StoreError::Failed(msg.clone())));
-                    }
-                    break;
-                }
-            }
-            i = j;
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(StoreError::Malformed("operation left unanswered"))))
-            .collect()
     }
 
     /// Reads one chunk.
@@ -807,6 +440,7 @@ impl ChunkStore {
             .iter()
             .filter(|s| s.state != SegState::Free)
             .count() as u64;
+        let st = &self.open_stats;
         Report {
             capacity: self.sb.segment_count * ss,
             live_bytes: self.segs.iter().map(|s| s.live).sum(),
@@ -814,213 +448,14 @@ impl ChunkStore {
             chunks: self.index.len() as u64,
             free_segments: self.free.len() as u64,
             segments: self.sb.segment_count,
+            reserve_segments: RESERVE as u64,
+            full: !self.open_takes_puts() && self.free.len() <= RESERVE,
+            damaged_segments_at_open: st.damaged_segments,
+            corrupt_batches_at_open: st.corrupt_batches,
+            corrupt_records_at_open: st.corrupt_records,
+            salvaged_records_at_open: st.salvaged_records,
+            torn_batches_at_open: st.torn_batches,
         }
-    }
-
-    /// Compacts when free segments run low (a quarter or less); for idle reactors.
-    pub fn maybe_compact(&mut self) -> Result<usize> {
-        if self.failed.is_some() || self.free.len() as u64 * 4 > self.sb.segment_count {
-            return Ok(0);
-        }
-        self.compact(0.5)
-    }
-
-    /// One compaction round: copies the live records of sealed segments whose live
-    /// fraction is below `max_live_ratio` into one fresh segment (verbatim, seqs
-    /// kept), seals it, and only then frees the sources durably. Returns how many
-    /// segments were freed (net of the target).
-    pub fn compact(&mut self, max_live_ratio: f64) -> Result<usize> {
-        self.check_ok()?;
-        if self.free.is_empty() {
-            return Ok(0);
-        }
-        let ss = self.sb.segment_size;
-        let usable = ss - 2 * BLOCK as u64;
-        let mut cands: Vec<u32> = (0..self.segs.len() as u32)
-            .filter(|&s| {
-                let g = &self.segs[s as usize];
-                g.state == SegState::Sealed && (g.live as f64) < max_live_ratio * usable as f64
-            })
-            .collect();
-        if cands.is_empty() {
-            return Ok(0);
-        }
-        cands.sort_by_key(|&s| self.segs[s as usize].live);
-        // What each candidate would carry over.
-        let cand_set: BTreeSet<u32> = cands.iter().copied().collect();
-        let mut carry: HashMap<u32, Vec<(ChunkId, Entry, RecordKind)>> = HashMap::new();
-        for (id, e) in &self.index {
-            if cand_set.contains(&e.seg) {
-                carry
-                    .entry(e.seg)
-                    .or_default()
-                    .push((*id, *e, RecordKind::Put));
-            }
-        }
-        for (id, e) in &self.tombs {
-            if cand_set.contains(&e.seg) {
-                carry
-                    .entry(e.seg)
-                    .or_default()
-                    .push((*id, *e, RecordKind::Tombstone));
-            }
-        }
-        // Greedily pick sources whose records fit one segment.
-        let mut picked = Vec::new();
-        let mut bytes = 0u64;
-        let mut count = 0usize;
-        for &s in &cands {
-            let recs = carry.get(&s).map(Vec::as_slice).unwrap_or(&[]);
-            let b: u64 = recs.iter().map(|(_, e, _)| record_len(e.plen)).sum();
-            // Generous slack for batch headers and block padding.
-            let need = bytes + b + (recs.len() as u64 / 64 + 2) * BLOCK as u64;
-            if BLOCK as u64 + need + summary_len(count + recs.len()) + BLOCK as u64 > ss {
-                continue;
-            }
-            bytes += b;
-            count += recs.len();
-            picked.push(s);
-        }
-        if picked.is_empty() {
-            return Ok(0);
-        }
-        let picked_set: BTreeSet<u32> = picked.iter().copied().collect();
-        // A tombstone is kept while some other segment may still hold an older
-        // record of its chunk.
-        let older_elsewhere = |seq: u64, segs: &[Seg]| {
-            segs.iter().enumerate().any(|(i, g)| {
-                g.state != SegState::Free && !picked_set.contains(&(i as u32)) && g.min_seq < seq
-            })
-        };
-        let mut moves: Vec<(ChunkId, Entry, RecordKind)> = Vec::new();
-        let mut dropped_tombs = Vec::new();
-        for s in &picked {
-            for (id, e, k) in carry.remove(s).unwrap_or_default() {
-                if k == RecordKind::Tombstone && !older_elsewhere(e.seq, &self.segs) {
-                    dropped_tombs.push(id);
-                } else {
-                    moves.push((id, e, k));
-                }
-            }
-        }
-        if moves.is_empty() {
-            // Nothing left alive: the sources are simply freed.
-            for id in dropped_tombs {
-                self.tombs.remove(&id);
-            }
-            for &s in &picked {
-                self.release(s)?;
-            }
-            return Ok(picked.len());
-        }
-        if picked.len() < 2 {
-            // Rewriting one segment into another frees nothing.
-            return Ok(0);
-        }
-        moves.sort_by_key(|(_, e, _)| e.seq);
-        // Read and verify everything before touching the target.
-        let ios = moves
-            .iter()
-            .map(|(_, e, _)| {
-                let abs = self.sb.segment_offset(e.seg) + e.off as u64;
-                let start = abs - abs % BLOCK as u64;
-                Io::Read {
-                    off: start,
-                    len: round_block(abs + record_len(e.plen)) - start,
-                }
-            })
-            .collect();
-        let bufs = self.io(ios);
-        let mut records: Vec<Vec<u8>> = Vec::with_capacity(moves.len());
-        for ((id, e, k), r) in moves.iter().zip(bufs) {
-            let buf = r?;
-            let abs = self.sb.segment_offset(e.seg) + e.off as u64;
-            let rel = (abs % BLOCK as u64) as usize;
-            let len = record_len(e.plen) as usize;
-            let raw = buf.as_slice().get(rel..rel + len).unwrap_or(&[]);
-            let ok = match parse_record(raw) {
-                Ok((h, _)) => h.id == *id && h.seq == e.seq && h.kind == *k,
-                Err(_) => false,
-            };
-            if !ok {
-                tracing::error!(device = %self.device.name, chunk = %id, "corrupt record found by compaction; segment {} kept", e.seg);
-                return Err(StoreError::Corrupt(format!(
-                    "chunk {id} in segment {}",
-                    e.seg
-                )));
-            }
-            records.push(raw.to_vec());
-        }
-        let t = self.open_segment(SegKind::Compaction)?;
-        let mut new_locs = Vec::with_capacity(records.len());
-        let mut i = 0;
-        while i < records.len() {
-            let mut j = i;
-            let mut blen = BATCH_HEADER;
-            while j < records.len() && (j == i || blen + records[j].len() <= MAX_BATCH_BYTES) {
-                blen += records[j].len();
-                j += 1;
-            }
-            let mut buf = self.qp.alloc_buf(blen)?;
-            let b = buf.as_mut_slice();
-            let mut pos = BATCH_HEADER;
-            let wo = self.segs[t as usize].write_off;
-            for r in &records[i..j] {
-                b[pos..pos + r.len()].copy_from_slice(r);
-                new_locs.push((wo as usize + pos) as u32);
-                pos += r.len();
-            }
-            let bh = BatchHeader {
-                records: (j - i) as u32,
-                len: blen as u32,
-                first_seq: moves[i].1.seq,
-                body_crc: crc32c::crc32c(&b[BATCH_HEADER..blen]),
-            };
-            b[..BATCH_HEADER].copy_from_slice(&bh.encode());
-            self.write(self.sb.segment_offset(t) + wo, buf)?;
-            self.segs[t as usize].write_off = wo + round_block(blen as u64);
-            i = j;
-        }
-        // Record the moves in the target's summary, then seal it durably.
-        for ((id, e, k), off) in moves.iter().zip(&new_locs) {
-            let seg = &mut self.segs[t as usize];
-            seg.used += record_len(e.plen);
-            seg.min_seq = seg.min_seq.min(e.seq);
-            seg.entries.push(SummaryEntry {
-                seq: e.seq,
-                id: *id,
-                tenant: e.tenant,
-                offset: *off,
-                payload_len: e.plen,
-                payload_crc: e.crc,
-                kind: *k,
-            });
-        }
-        self.seal(t)?;
-        for ((id, e, k), off) in moves.iter().zip(&new_locs) {
-            let moved = Entry {
-                seg: t,
-                off: *off,
-                ..*e
-            };
-            match k {
-                RecordKind::Put => {
-                    self.index.insert(*id, moved);
-                    self.segs[t as usize].live += record_len(e.plen);
-                }
-                RecordKind::Tombstone => {
-                    self.tombs.insert(*id, moved);
-                }
-            }
-        }
-        for id in dropped_tombs {
-            self.tombs.remove(&id);
-        }
-        for &s in &picked {
-            self.release(s)?;
-        }
-        tracing::debug!(device = %self.device.name, sources = picked.len(), target = t, records = moves.len(), "compacted");
-        Ok(picked.len() - 1)
     }
 
     /// Closes the store. Every acknowledged write is already durable; this flushes
@@ -1056,44 +491,13 @@ fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
     Ok(Bytes::copy_from_slice(payload))
 }
 
-/// Scans an unsealed segment's data region (starting at its block 1) batch by
-/// batch; stops at the first batch that does not verify or whose seqs do not
-/// belong to this use of the segment.
-fn scan_segment(region: &[u8], open_seq: u64) -> Vec<SummaryEntry> {
-    let mut out = Vec::new();
-    let mut pos = 0usize;
-    let mut last = open_seq;
-    while pos < region.len() {
-        let Ok((recs, len)) = parse_batch(&region[pos..]) else {
-            break;
-        };
-        if recs.first().is_none_or(|(_, h)| h.seq <= last) {
-            break;
-        }
-        for (off, h) in &recs {
-            out.push(SummaryEntry {
-                seq: h.seq,
-                id: h.id,
-                tenant: h.tenant,
-                offset: (BLOCK + pos + off) as u32,
-                payload_len: h.payload_len,
-                payload_crc: h.payload_crc,
-                kind: h.kind,
-            });
-            last = h.seq;
-        }
-        pos = round_block((pos + len) as u64) as usize;
-    }
-    out
-}
-
-fn read_sync(qp: &mut dyn QueuePair, off: u64, len: u64) -> Result<DmaBuf> {
+pub(crate) fn read_sync(qp: &mut dyn QueuePair, off: u64, len: u64) -> Result<DmaBuf> {
     run(qp, vec![Io::Read { off, len }])
         .pop()
         .unwrap_or(Err(StoreError::Malformed("no completion")))
 }
 
-fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Result<()> {
+pub(crate) fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Result<()> {
     run(qp, vec![Io::Write { off, buf }])
         .pop()
         .unwrap_or(Err(StoreError::Malformed("no completion")))?;
@@ -1102,7 +506,7 @@ fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Result<()> {
 
 /// Submits every I/O, then collects all completions; writes are FUA. Results are
 /// in submission order (a flush/trim yields an empty buffer placeholder).
-fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
+pub(crate) fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
     let n = ios.len();
     let mut out: Vec<Option<Result<DmaBuf>>> = (0..n).map(|_| None).collect();
     let mut pending = 0usize;

@@ -3,7 +3,8 @@
 
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{
-    encode_request_batch, encode_response_batch, ChunkId, DriveReport, DriveState, Reply, Request,
+    encode_request_batch, encode_response_batch, ChunkId, DriveReport, DriveSpace, DriveState,
+    Reply, Request,
 };
 use cairn_chunkstore::format;
 
@@ -83,6 +84,13 @@ fn decoders_never_panic() {
         model: Some("QEMU NVMe Ctrl".into()),
         serial: Some("SN-A0".into()),
         firmware: None,
+        space: Some(DriveSpace {
+            free_segments: 3,
+            reserve_segments: 2,
+            full: true,
+            torn_batches: 1,
+            ..DriveSpace::default()
+        }),
     };
     let proto_seeds = [
         join(encode_request_batch(1, &reqs).unwrap()),

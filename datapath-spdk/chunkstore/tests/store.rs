@@ -1,93 +1,11 @@
 //! Chunk store behaviour on both backends: RAM (with fault injection) and io_uring
 //! on real temp files.
 
-use cairn_blockdev::{BlockDevice, RamDevice, RamFault, UringDevice};
-use cairn_chunkproto::ChunkId;
-use cairn_chunkstore::{
-    format, ChunkStore, FormatParams, Probe, StoreError, WriteOp, WriteOutcome,
-};
-use std::path::PathBuf;
+use cairn_blockdev::RamFault;
+use cairn_chunkstore::{ChunkStore, Probe, StoreError, WriteOp, WriteOutcome};
 
-const SEG: u64 = 256 << 10;
-
-/// A device that can be reopened ("restart") on the same bytes.
-enum Backend {
-    Ram(RamDevice),
-    // The directory is held only so it is deleted when the test ends.
-    File(#[allow(dead_code)] tempfile::TempDir, PathBuf),
-}
-
-impl Backend {
-    fn ram(size: u64) -> Self {
-        Backend::Ram(RamDevice::new(size))
-    }
-    fn file(size: u64) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("drive");
-        UringDevice::open(&p, Some(size)).unwrap();
-        Backend::File(dir, p)
-    }
-    fn both(size: u64) -> Vec<Backend> {
-        vec![Backend::ram(size), Backend::file(size)]
-    }
-    fn dev(&self) -> Box<dyn BlockDevice> {
-        match self {
-            Backend::Ram(r) => Box::new(r.clone()),
-            Backend::File(_, p) => Box::new(UringDevice::open(p, None).unwrap()),
-        }
-    }
-    fn format(&self) -> ChunkStore {
-        ChunkStore::format(self.dev().as_ref(), &params()).unwrap()
-    }
-    fn open(&self) -> ChunkStore {
-        ChunkStore::open(self.dev().as_ref()).unwrap()
-    }
-    /// Applies `f` to the raw bytes.
-    fn poke(&self, f: impl FnOnce(&mut Vec<u8>)) {
-        match self {
-            Backend::Ram(r) => r.with_data(f),
-            Backend::File(_, p) => {
-                let mut d = std::fs::read(p).unwrap();
-                f(&mut d);
-                std::fs::write(p, d).unwrap();
-            }
-        }
-    }
-}
-
-fn params() -> FormatParams {
-    FormatParams {
-        drive_uuid: [7; 16],
-        node_id: [1; 16],
-        cluster_id: [2; 16],
-        drive_index: 0,
-        segment_size: SEG,
-    }
-}
-
-fn id(n: u128) -> ChunkId {
-    ChunkId::from_u128(n)
-}
-
-fn data(n: u128, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u128 * 31 + n * 7) as u8).collect()
-}
-
-fn put(s: &mut ChunkStore, n: u128, len: usize) {
-    let d = data(n, len);
-    let r = s.write_batch(&[WriteOp::Put {
-        id: id(n),
-        tenant: 1,
-        key_id: 0,
-        payload: &d,
-    }]);
-    assert_eq!(r[0].as_ref().unwrap(), &WriteOutcome::Put);
-}
-
-fn assert_has(s: &mut ChunkStore, n: u128, len: usize) {
-    let got = s.get(id(n), 1).unwrap_or_else(|e| panic!("chunk {n}: {e}"));
-    assert_eq!(&got[..], &data(n, len)[..], "chunk {n}");
-}
+mod common;
+use common::*;
 
 #[test]
 fn round_trip_batch_stat_list() {
@@ -331,8 +249,6 @@ fn no_space_is_an_error_and_too_large_is_refused() {
         }
     }
 }
-
-const DATA_MB: u64 = format::DATA_OFFSET;
 
 #[test]
 fn compaction_reclaims_space_and_survives_restart() {

@@ -10,7 +10,7 @@
 use crate::{Config, DatapathError, PollMode, Result};
 use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{
-    DriveIndex, DriveReport, DriveState, Failure, FailureCode, Reply, Request, Response,
+    DriveIndex, DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response,
 };
 use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
 use std::collections::BTreeMap;
@@ -134,6 +134,16 @@ impl Drive {
             model: dev.identity.model.clone(),
             serial: dev.identity.serial.clone(),
             firmware: dev.identity.firmware.clone(),
+            space: Some(DriveSpace {
+                free_segments: r.free_segments,
+                reserve_segments: r.reserve_segments,
+                full: r.full,
+                damaged_segments: r.damaged_segments_at_open,
+                corrupt_batches: r.corrupt_batches_at_open,
+                corrupt_records: r.corrupt_records_at_open,
+                salvaged_records: r.salvaged_records_at_open,
+                torn_batches: r.torn_batches_at_open,
+            }),
         }
     }
 

@@ -525,6 +525,14 @@ async fn uring_drive_details_name_the_file_and_survive_its_failure() {
         );
         assert_eq!(rep.state, DriveState::Healthy);
         assert_eq!(rep.chunks, i as u64);
+        // The store's space and the damage its open found (none).
+        let sp = rep.space.expect("DriveDetails carries the space");
+        assert_eq!((sp.reserve_segments, sp.full), (2, false), "{sp:?}");
+        assert!(sp.free_segments > sp.reserve_segments, "{sp:?}");
+        assert_eq!(
+            sp.damaged_segments + sp.corrupt_batches + sp.corrupt_records + sp.torn_batches,
+            0
+        );
     }
     std::fs::remove_file(&paths[0]).unwrap();
     let why = wait_failed(&c, 0).await;
