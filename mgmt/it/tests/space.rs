@@ -104,3 +104,102 @@ async fn failed_and_abandoned_uploads_return_their_space() {
         keep
     );
 }
+
+/// Fill a node until it refuses, delete everything, and write again without a
+/// restart: the refusal is a clear, non-retryable 507 and status says "full";
+/// deletes work on the full node; freed space comes back (after the free grace
+/// period for reads in progress, 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_deletes_and_writes_again() {
+    let node = Node::start(NodeOptions {
+        drives: 4,
+        drive_size: "64M",
+        ec: Some("2+2"),
+        segment_size: "4M",
+    });
+    let c = node.client();
+    c.create_bucket().bucket("full").send().await.unwrap();
+    let data = random_bytes(2 * MIB, 7);
+    let mut stored = Vec::new();
+    let mut refusal = None;
+    for i in 0..200 {
+        let key = format!("o{i}");
+        match c
+            .put_object()
+            .bucket("full")
+            .key(&key)
+            .body(data.clone().into())
+            .send()
+            .await
+        {
+            Ok(_) => stored.push(key),
+            Err(e) => {
+                refusal = Some(format!("{e:?}"));
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("a 64 MiB x 4 node never filled up");
+    assert!(
+        refusal.contains("InsufficientStorage") && refusal.contains("507"),
+        "a full node must answer 507 InsufficientStorage: {refusal}"
+    );
+    assert!(
+        stored.len() >= 20,
+        "filled after only {} objects",
+        stored.len()
+    );
+    let st = node.status();
+    assert_eq!(st["health"], "full", "status: {st}");
+    assert!(
+        st["drives"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["full"] == true),
+        "{st}"
+    );
+    // What was stored before the refusal is intact.
+    assert_eq!(
+        cairn_it::get_bytes(&c, "full", &stored[0]).await.unwrap(),
+        data
+    );
+    // Every delete succeeds on the full node.
+    for k in &stored {
+        c.delete_object()
+            .bucket("full")
+            .key(k)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("delete {k} on a full node: {e:?}"));
+    }
+    // Writes succeed again once the freed chunks are deleted and compacted.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut n = 0;
+    loop {
+        let r = c
+            .put_object()
+            .bucket("full")
+            .key(format!("again{n}"))
+            .body(data.clone().into())
+            .send()
+            .await;
+        if r.is_ok() {
+            n += 1;
+            if n == 10 {
+                break;
+            }
+            continue;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no write accepted 90 s after deleting everything: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert_eq!(
+        cairn_it::get_bytes(&c, "full", "again9").await.unwrap(),
+        data
+    );
+    assert_eq!(node.status()["health"], "healthy");
+}

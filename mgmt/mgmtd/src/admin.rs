@@ -38,6 +38,33 @@ pub struct DriveStatus {
     pub serial: Option<String>,
     #[serde(default)]
     pub firmware: Option<String>,
+    /// Puts are refused for want of space (deletes still work); known for the
+    /// node's own drives.
+    #[serde(default)]
+    pub full: bool,
+    /// Free segments, and how many of them only deletes and compaction may use.
+    #[serde(default)]
+    pub free_segments: Option<u64>,
+    #[serde(default)]
+    pub reserve_segments: Option<u64>,
+    /// What the drive's last open found damaged on disk, if anything.
+    #[serde(default)]
+    pub damage_at_open: Option<DamageAtOpen>,
+}
+
+/// Damage the chunk store found and worked around when it opened the drive.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamageAtOpen {
+    /// Segments whose header, summary or footer was damaged (rescanned).
+    pub damaged_segments: u64,
+    /// Damaged batches followed by valid data (the valid data was kept).
+    pub corrupt_batches: u64,
+    /// Chunk records lost to damage: repair rebuilds them from other drives.
+    pub corrupt_records: u64,
+    /// Records kept from inside damaged batches.
+    pub salvaged_records: u64,
+    /// Incomplete last batches dropped as torn writes (never acknowledged).
+    pub torn_batches: u64,
 }
 
 impl From<DriveReport> for DriveStatus {
@@ -59,6 +86,19 @@ impl From<DriveReport> for DriveStatus {
             model: r.model,
             serial: r.serial,
             firmware: r.firmware,
+            full: r.space.as_ref().is_some_and(|s| s.full),
+            free_segments: r.space.as_ref().map(|s| s.free_segments),
+            reserve_segments: r.space.as_ref().map(|s| s.reserve_segments),
+            damage_at_open: r
+                .space
+                .map(|s| DamageAtOpen {
+                    damaged_segments: s.damaged_segments,
+                    corrupt_batches: s.corrupt_batches,
+                    corrupt_records: s.corrupt_records,
+                    salvaged_records: s.salvaged_records,
+                    torn_batches: s.torn_batches,
+                })
+                .filter(|d| *d != DamageAtOpen::default()),
         }
     }
 }
@@ -261,7 +301,15 @@ async fn status(
     let (health, drives) = match reports {
         Ok(drives) => {
             let failed = drives.iter().any(|d| d.state != "healthy");
-            let h = if failed { "degraded" } else { "healthy" };
+            let full = drives.iter().any(|d| d.full);
+            let h = if failed {
+                "degraded"
+            } else if full {
+                // Serving reads and deletes; refusing new data.
+                "full"
+            } else {
+                "healthy"
+            };
             (h.to_string(), drives)
         }
         Err(e) => {

@@ -26,13 +26,23 @@ fn table(drives: &[DriveStatus]) -> String {
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for d in drives {
-        let health = if d.state == "healthy" {
-            "ok".to_string()
-        } else if d.reason.is_empty() {
-            d.state.clone()
+        let mut health = if d.state != "healthy" {
+            if d.reason.is_empty() {
+                d.state.clone()
+            } else {
+                format!("{}: {}", d.state, d.reason)
+            }
+        } else if d.full {
+            "full (deletes only)".to_string()
         } else {
-            format!("{}: {}", d.state, d.reason)
+            "ok".to_string()
         };
+        if let Some(dmg) = &d.damage_at_open {
+            health.push_str(&format!(
+                "; at open: {} records lost, {} salvaged, {} torn",
+                dmg.corrupt_records, dmg.salvaged_records, dmg.torn_batches
+            ));
+        }
         rows.push(vec![
             d.index.to_string(),
             if d.backend.is_empty() {
@@ -97,6 +107,10 @@ mod tests {
             model: None,
             serial: None,
             firmware: None,
+            full: false,
+            free_segments: None,
+            reserve_segments: None,
+            damage_at_open: None,
         }
     }
 
