@@ -3,7 +3,8 @@
 #  1. a 7-node local cluster (`nodectl dev up --nodes 7 --ec 4+2`: one node more
 #     than a stripe is wide, so writes go on with two nodes down and a node can be
 #     drained), real S3 clients (boto3) through every node, kill -9 of two nodes
-#     under load, every object read back by hash, restart to full protection, a node
+#     under load, every object read back by hash, restart to full protection, a voter
+#     down until it is replaced that comes back and rejoins within a bound, a node
 #     wiped and replaced, a node drained and removed;
 #  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
 #     the leader and one more node cut off under load, then healed.
@@ -42,7 +43,7 @@ grep -q 'nodes serving S3' "$DATA/dev-up.log" || { cat "$DATA/dev-up.log"; exit 
 if [[ $1 == partition ]]; then
   args=(--partition)
 else
-  args=(--objects 60 --wipe 3 --drain 5)
+  args=(--objects 60 --rejoin 2 --wipe 3 --drain 5)
 fi
 if ! timeout 900 python3 ci/cluster_check.py --nodectl "$BIN/nodectl" --data "$DATA" "${args[@]}"; then
   echo "cluster-check: FAILED; logs:" >&2

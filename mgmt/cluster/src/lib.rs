@@ -740,7 +740,11 @@ impl Cluster {
         &self,
         change: ChangeMembers<NodeId, BasicNode>,
     ) -> Result<(), ClusterError> {
-        match self.raft.change_membership(change.clone(), false).await {
+        // retain: a voter replaced while it is down stays a learner, so the leader
+        // keeps replicating to it; when it comes back it learns from the log that it
+        // no longer votes (instead of campaigning alone), catches up, and can be
+        // promoted again. `remove_node` removes it for good with RemoveNodes after.
+        match self.raft.change_membership(change.clone(), true).await {
             Ok(_) => Ok(()),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ClusterError::NoQuorum("membership changes run on the leader; retry there".into()),
