@@ -8,6 +8,7 @@
 
 mod auth;
 mod error;
+mod guard;
 mod ops;
 
 pub use auth::{Credential, Keys};
@@ -62,8 +63,10 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = socket.set_nodelay(true);
+        let svc = service.clone();
+        let guarded = hyper::service::service_fn(move |req| guarded(svc.clone(), req));
         let conn = conn
-            .serve_connection(TokioIo::new(socket), service.clone())
+            .serve_connection(TokioIo::new(socket), guarded)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -79,4 +82,26 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// One request through the limits of [`guard`], then to the S3 service.
+async fn guarded(
+    svc: s3s::service::S3Service,
+    req: http::Request<hyper::body::Incoming>,
+) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    if let Some(secs) = guard::presigned_expiry_over_limit(req.uri().query()) {
+        // AWS's answer, word for word.
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>X-Amz-Expires must be less than a week (in seconds) that is 604800; it is {secs}</Message></Error>"
+        );
+        let mut resp = http::Response::new(s3s::Body::from(xml));
+        *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/xml"),
+        );
+        return Ok(resp);
+    }
+    let req = req.map(|b| s3s::Body::http_body(guard::GuardedBody::new(b)));
+    svc.call(req).await
 }

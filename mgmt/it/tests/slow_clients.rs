@@ -1,0 +1,127 @@
+//! Clients that hold the server: a request body that stalls or trickles is cut
+//! off (and its partial extent freed), and presigned URLs are valid for at most a
+//! week, as on AWS.
+
+use aws_sdk_s3::presigning::PresigningConfig;
+use cairn_it::raw::{read_all, signed_request, Payload};
+use cairn_it::{Node, NodeOptions};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// Sends a PUT declaring 1 MiB, then feeds its body with `step` every `every`
+/// (none at all when `step` is empty); returns how long the server took to end it.
+async fn slow_put(node: &Node, key: &str, step: &'static [u8], every: Duration) -> Duration {
+    let req = signed_request(
+        node,
+        "PUT",
+        &format!("/slow/{key}"),
+        &[("content-length", "1048576")],
+        b"",
+        Payload::Unsigned,
+    );
+    let mut s = TcpStream::connect(&node.s3_addr).await.unwrap();
+    s.write_all(&req).await.unwrap();
+    s.write_all(&[b'x'; 100]).await.unwrap();
+    let t = Instant::now();
+    let (mut rd, mut wr) = s.into_split();
+    let feeder = tokio::spawn(async move {
+        if step.is_empty() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(every).await;
+            if wr.write_all(step).await.is_err() {
+                return;
+            }
+        }
+    });
+    // The server answers (or closes) on its own; the test gives up at 90 s.
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(90), async {
+        use tokio::io::AsyncReadExt;
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = rd.read(&mut chunk).await {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    feeder.abort();
+    t.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_trickling_bodies_are_cut_off() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    c.create_bucket().bucket("slow").send().await.unwrap();
+    let (stalled, trickle) = tokio::join!(
+        slow_put(&node, "stalled", b"", Duration::ZERO),
+        slow_put(&node, "trickle", b"y", Duration::from_secs(2)),
+    );
+    assert!(
+        stalled < Duration::from_secs(45),
+        "a stalled body held its request for {stalled:?}"
+    );
+    assert!(
+        trickle < Duration::from_secs(60),
+        "a body trickling a byte every 2 s held its request for {trickle:?}"
+    );
+    for k in ["stalled", "trickle"] {
+        assert!(c.head_object().bucket("slow").key(k).send().await.is_err());
+    }
+    // The node serves normally meanwhile and after.
+    cairn_it::put_bytes(&c, "slow", "ok", b"fine")
+        .await
+        .unwrap();
+    assert_eq!(
+        cairn_it::get_bytes(&c, "slow", "ok").await.unwrap(),
+        b"fine"
+    );
+}
+
+#[tokio::test]
+async fn presigned_urls_are_valid_for_a_week_at_most() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    c.create_bucket().bucket("pre").send().await.unwrap();
+    cairn_it::put_bytes(&c, "pre", "k", b"hello").await.unwrap();
+    // A day: fine, through a plain HTTP client.
+    let p = c
+        .get_object()
+        .bucket("pre")
+        .key("k")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(86400)).unwrap())
+        .await
+        .unwrap();
+    let out = std::process::Command::new("curl")
+        .args(["-s", p.uri()])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout, b"hello");
+    // Eight days (a client that does not check, as the SDK does): refused as AWS does.
+    let uri = p
+        .uri()
+        .replace("X-Amz-Expires=86400", "X-Amz-Expires=691200");
+    assert_ne!(uri, p.uri());
+    let path = uri.split_once(&node.s3_addr).unwrap().1.to_string();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        node.s3_addr
+    );
+    let mut s = TcpStream::connect(&node.s3_addr).await.unwrap();
+    s.write_all(req.as_bytes()).await.unwrap();
+    let r = read_all(&mut s).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.text.contains("AuthorizationQueryParametersError"),
+        "{}",
+        r.text
+    );
+}

@@ -1,0 +1,140 @@
+//! What one S3 request may cost the server before any S3 logic runs: a request
+//! body that stalls or trickles is cut off, and a presigned URL may not be valid
+//! for longer than S3 allows (7 days).
+//!
+//! Why here and not in hyper: hyper bounds the header phase (`header_read_timeout`)
+//! but not the body, so a client that declares a large body and sends it a byte at
+//! a time would hold its connection, its task and its partly written extent for as
+//! long as it likes.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// No byte of the body for this long ends the request.
+pub const BODY_IDLE: Duration = Duration::from_secs(30);
+/// After this much time spent waiting on the client...
+pub const SLOW_AFTER: Duration = Duration::from_secs(30);
+/// ...the body must have averaged at least this rate (bytes per second of waiting).
+pub const MIN_RATE: u64 = 4096;
+/// AWS's limit on `X-Amz-Expires`: one week.
+pub const MAX_PRESIGNED_EXPIRY: u64 = 7 * 24 * 3600;
+
+/// Why a request body was cut off.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyCut {
+    #[error("no request body data for {0:?}")]
+    Idle(Duration),
+    #[error("request body too slow: {bytes} bytes in {waited:?} of waiting")]
+    TooSlow { bytes: u64, waited: Duration },
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+/// A request body with the limits above. Only time spent waiting on the client
+/// counts: while the server is not reading (backpressure from the drives), no
+/// clock runs.
+pub struct GuardedBody {
+    inner: hyper::body::Incoming,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Set while the client is being waited for (the last poll was Pending).
+    waiting_since: Option<Instant>,
+    waited: Duration,
+    bytes: u64,
+}
+
+impl GuardedBody {
+    pub fn new(inner: hyper::body::Incoming) -> GuardedBody {
+        GuardedBody {
+            inner,
+            timer: Box::pin(tokio::time::sleep(BODY_IDLE)),
+            waiting_since: None,
+            waited: Duration::ZERO,
+            bytes: 0,
+        }
+    }
+}
+
+impl Body for GuardedBody {
+    type Data = Bytes;
+    type Error = BodyCut;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyCut>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                if let Some(since) = this.waiting_since.take() {
+                    this.waited += since.elapsed();
+                }
+                if let Some(Ok(f)) = &frame {
+                    if let Some(d) = f.data_ref() {
+                        this.bytes += d.len() as u64;
+                    }
+                }
+                if this.waited > SLOW_AFTER
+                    && this.bytes < MIN_RATE.saturating_mul(this.waited.as_secs())
+                {
+                    return Poll::Ready(Some(Err(BodyCut::TooSlow {
+                        bytes: this.bytes,
+                        waited: this.waited,
+                    })));
+                }
+                Poll::Ready(frame.map(|r| r.map_err(BodyCut::Http)))
+            }
+            Poll::Pending => {
+                if this.waiting_since.is_none() {
+                    this.waiting_since = Some(Instant::now());
+                    this.timer
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + BODY_IDLE);
+                }
+                match this.timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(BodyCut::Idle(BODY_IDLE)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// `X-Amz-Expires` of a presigned request, when it is over S3's limit.
+pub fn presigned_expiry_over_limit(query: Option<&str>) -> Option<u64> {
+    query?
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Expires"))
+        .and_then(|(_, v)| v.parse::<u64>().ok())
+        .filter(|&secs| secs > MAX_PRESIGNED_EXPIRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presigned_expiry_is_capped_at_a_week() {
+        let q = |s: &str| presigned_expiry_over_limit(Some(s));
+        assert_eq!(
+            q("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=604800"),
+            None
+        );
+        assert_eq!(q("X-Amz-Expires=604801&x=1"), Some(604801));
+        assert_eq!(q("x-amz-expires=691200"), Some(691200));
+        assert_eq!(q("list-type=2"), None);
+        assert_eq!(presigned_expiry_over_limit(None), None);
+    }
+}
