@@ -45,6 +45,8 @@ pub struct NodeOptions {
     /// `K+M`; `None` lets mgmtd choose from the drive count.
     pub ec: Option<&'static str>,
     pub segment_size: &'static str,
+    /// Extra environment for mgmtd (e.g. `CAIRN_ABORT_UPLOADS_AFTER`).
+    pub mgmtd_env: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for NodeOptions {
@@ -54,6 +56,7 @@ impl Default for NodeOptions {
             drive_size: "512M",
             ec: None,
             segment_size: "8M",
+            mgmtd_env: Vec::new(),
         }
     }
 }
@@ -190,10 +193,11 @@ impl Node {
             args.push("--ec".into());
             args.push(ec.into());
         }
-        let env = [
+        let mut env = vec![
             ("CAIRN_ROOT_ACCESS_KEY", ACCESS_KEY),
             ("CAIRN_ROOT_SECRET_KEY", SECRET_KEY),
         ];
+        env.extend(self.opts.mgmtd_env.iter().copied());
         let mut child = self.spawn("mgmtd", &args, &env);
         wait_file(&ready, &mut child, "mgmtd", &self.log("mgmtd"));
         self.mgmtd = Some(child);

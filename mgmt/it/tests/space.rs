@@ -116,6 +116,7 @@ async fn a_full_node_deletes_and_writes_again() {
         drive_size: "64M",
         ec: Some("2+2"),
         segment_size: "4M",
+        ..Default::default()
     });
     let c = node.client();
     c.create_bucket().bucket("full").send().await.unwrap();
@@ -202,4 +203,72 @@ async fn a_full_node_deletes_and_writes_again() {
         data
     );
     assert_eq!(node.status()["health"], "healthy");
+}
+
+/// A multipart upload neither completed nor aborted is aborted after
+/// `--abort-uploads-after` (here 3 s) and its parts' space comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_multipart_uploads_are_aborted_and_freed() {
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_ABORT_UPLOADS_AFTER", "3")],
+        ..Default::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket("mpu").send().await.unwrap();
+    let base = used(&node);
+    let up = c
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("left")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap().to_string();
+    for n in 1..=2 {
+        c.upload_part()
+            .bucket("mpu")
+            .key("left")
+            .upload_id(&id)
+            .part_number(n)
+            .body(random_bytes(5 * MIB, n as u64).into())
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(used(&node) >= base + 10 * MIB as u64);
+    // Aborted within about a second of its age, its parts freed after the 30 s
+    // grace every free gets.
+    let after = wait_used_at_most(&node, base + MIB as u64, Duration::from_secs(60)).await;
+    assert!(
+        after <= base + MIB as u64,
+        "the abandoned upload still holds {after} bytes (base {base})"
+    );
+    let listed = c
+        .list_multipart_uploads()
+        .bucket("mpu")
+        .send()
+        .await
+        .unwrap();
+    assert!(listed.uploads().is_empty(), "{listed:?}");
+    assert!(node.status()["aborted_uploads"].as_u64().unwrap() >= 1);
+    // Completing it now says it is gone.
+    let e = c
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("left")
+        .upload_id(&id)
+        .multipart_upload(
+            aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .parts(
+                    aws_sdk_s3::types::CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag("\"x\"")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("NoSuchUpload"), "{e:?}");
 }

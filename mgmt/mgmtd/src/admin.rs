@@ -172,6 +172,9 @@ pub struct NodeStatus {
     pub repaired_fragments: u64,
     pub unreadable_reads: u64,
     pub collected_chunks: u64,
+    /// Multipart uploads aborted for being older than `--abort-uploads-after`.
+    #[serde(default)]
+    pub aborted_uploads: u64,
 }
 
 /// What the admin API manages.
@@ -336,6 +339,7 @@ async fn status(
         repaired_fragments: s.repaired_fragments,
         unreadable_reads: s.unreadable,
         collected_chunks: s.collected_chunks,
+        aborted_uploads: s.aborted_uploads,
     }))
 }
 

@@ -101,6 +101,9 @@ pub struct StoreConfig {
     pub read_ahead: usize,
     /// How long freed extents are kept for reads already in progress.
     pub free_grace: std::time::Duration,
+    /// Multipart uploads older than this are aborted and their parts freed
+    /// (`None`: kept until the client completes or aborts them).
+    pub abandoned_upload_age: Option<std::time::Duration>,
 }
 
 impl StoreConfig {
@@ -117,6 +120,9 @@ impl StoreConfig {
             stripes_in_flight: 4,
             read_ahead: 2,
             free_grace: std::time::Duration::from_secs(30),
+            // MinIO's default for stale uploads; S3 itself keeps them until a
+            // lifecycle rule says otherwise.
+            abandoned_upload_age: Some(std::time::Duration::from_secs(24 * 3600)),
         }
     }
 
@@ -173,6 +179,8 @@ pub struct Counters {
     pub unreadable: AtomicU64,
     /// Orphan chunks removed by the collector.
     pub collected_chunks: AtomicU64,
+    /// Multipart uploads aborted for being older than the configured age.
+    pub aborted_uploads: AtomicU64,
 }
 
 /// User-visible attributes of an object, set at PUT.
@@ -201,6 +209,7 @@ pub struct StoreStatus {
     pub repaired_fragments: u64,
     pub unreadable: u64,
     pub collected_chunks: u64,
+    pub aborted_uploads: u64,
 }
 
 /// The node's object store.
@@ -310,9 +319,62 @@ impl ObjectStore {
         &self.health
     }
 
-    /// Starts the drive-health poller.
+    /// Starts the drive-health poller and the reaper of abandoned uploads.
     pub fn start_background(self: &Arc<Self>) {
         health::spawn_poller(self.health.clone(), self.chunks.clone());
+        if let Some(age) = self.cfg.abandoned_upload_age {
+            let me = self.clone();
+            tokio::spawn(async move {
+                // Often enough that an upload outlives its age by at most a quarter
+                // of it (and by at most an hour).
+                let every = (age / 4).clamp(
+                    std::time::Duration::from_secs(1),
+                    std::time::Duration::from_secs(3600),
+                );
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    if let Err(e) = me.abort_abandoned_uploads(age).await {
+                        tracing::warn!("aborting abandoned uploads: {e}");
+                    }
+                }
+            });
+        }
+    }
+
+    /// Aborts every multipart upload created more than `age` ago and frees its
+    /// parts; returns how many it aborted. In a cluster every node may run it: an
+    /// upload aborted twice is refused the second time (NoSuchUpload), harmlessly.
+    pub async fn abort_abandoned_uploads(
+        &self,
+        age: std::time::Duration,
+    ) -> Result<u64, ObjectError> {
+        self.sync().await?;
+        let cutoff = cairn_meta::now_ms() - age.as_millis() as i64;
+        let mut aborted = 0;
+        for (bucket, b) in self.meta.buckets()? {
+            for (upload_id, u) in self.meta.uploads(&bucket)? {
+                if u.created_ms >= cutoff {
+                    continue;
+                }
+                let m = Mutation::AbortUpload {
+                    bucket: bucket.clone(),
+                    upload_id: upload_id.clone(),
+                };
+                match self.commit(b.tenant, m, Vec::new()).await {
+                    Ok(_) => {
+                        aborted += 1;
+                        tracing::info!(%bucket, %upload_id, key = %u.key, "aborted an upload abandoned for longer than {age:?}");
+                    }
+                    Err(ObjectError::Meta(MetaError::NoSuchUpload(_))) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        self.counters
+            .aborted_uploads
+            .fetch_add(aborted, Ordering::Relaxed);
+        Ok(aborted)
     }
 
     /// Reports of every drive, fresh from the datapath.
@@ -346,6 +408,7 @@ impl ObjectStore {
             repaired_fragments: c.repaired_fragments.load(Ordering::Relaxed),
             unreadable: c.unreadable.load(Ordering::Relaxed),
             collected_chunks: c.collected_chunks.load(Ordering::Relaxed),
+            aborted_uploads: c.aborted_uploads.load(Ordering::Relaxed),
         })
     }
 

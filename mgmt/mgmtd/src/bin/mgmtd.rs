@@ -50,6 +50,10 @@ struct Args {
     /// Seconds a down node's fragments wait before they are rebuilt elsewhere.
     #[arg(long, default_value_t = 60)]
     repair_grace: u64,
+    /// Seconds after which a multipart upload neither completed nor aborted is
+    /// aborted and its parts freed (0: never).
+    #[arg(long, env = "CAIRN_ABORT_UPLOADS_AFTER", default_value_t = 24 * 3600)]
+    abort_uploads_after: u64,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -77,6 +81,8 @@ async fn main() -> std::process::ExitCode {
     if let Some(r) = args.replicas {
         store.replicas = r;
     }
+    store.abandoned_upload_age = (args.abort_uploads_after > 0)
+        .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
     let root = match RootCredentials::resolve(&args.data, false) {
         Ok((c, _)) => c,
         Err(e) => {
