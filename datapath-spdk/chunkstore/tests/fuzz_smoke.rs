@@ -8,15 +8,8 @@ use cairn_chunkproto::{
 };
 use cairn_chunkstore::format;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 fn join(parts: Vec<Bytes>) -> Vec<u8> {
     parts.concat()

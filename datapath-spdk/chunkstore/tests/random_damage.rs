@@ -3,24 +3,11 @@
 
 use cairn_blockdev::RamFault;
 use cairn_chunkstore::format::{parse_batch, SegKind, BLOCK, RECORD_HEADER};
-use cairn_chunkstore::{ChunkStore, StoreError, WriteOp};
+use cairn_chunkstore::{ChunkStore, StoreError};
 use std::ops::Range;
 
 mod common;
 use common::*;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// Where each record of a raw image lies (of segments in use, batches parsed from
 /// block 1 on).
@@ -123,16 +110,7 @@ fn random_damage_never_loses_unhit_chunks_nor_returns_wrong_bytes() {
             r.inject(Some(RamFault::TearNextWrite { keep: 4096 }));
             let ns = [next_id + 1, next_id + 2, next_id + 3];
             let ds: Vec<Vec<u8>> = ns.iter().map(|&n| data(n, 9000)).collect();
-            let ops: Vec<WriteOp> = ns
-                .iter()
-                .zip(&ds)
-                .map(|(&n, d)| WriteOp::Put {
-                    id: id(n),
-                    tenant: 1,
-                    key_id: 0,
-                    payload: d,
-                })
-                .collect();
+            let ops = put_ops(&ns, &ds);
             assert!(s.write_batch(&ops).iter().all(|r| r.is_err()));
             r.inject(None);
             unacked.extend(ns);

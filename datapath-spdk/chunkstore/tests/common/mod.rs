@@ -133,18 +133,36 @@ pub fn delete(s: &mut ChunkStore, n: u128) -> Result<WriteOutcome, StoreError> {
     .unwrap()
 }
 
-pub fn put_batch(s: &mut ChunkStore, ns: &[u128], len: usize) {
-    let ds: Vec<Vec<u8>> = ns.iter().map(|&n| data(n, len)).collect();
-    let ops: Vec<WriteOp> = ns
-        .iter()
-        .zip(&ds)
+/// Puts of chunks `ns` with payloads `ds`, for tenant 1.
+pub fn put_ops<'a>(ns: &[u128], ds: &'a [Vec<u8>]) -> Vec<WriteOp<'a>> {
+    ns.iter()
+        .zip(ds)
         .map(|(&n, d)| WriteOp::Put {
             id: id(n),
             tenant: 1,
             key_id: 0,
             payload: d,
         })
-        .collect();
+        .collect()
+}
+
+/// A small deterministic PRNG (xorshift64), so a failing case can be replayed.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+pub fn put_batch(s: &mut ChunkStore, ns: &[u128], len: usize) {
+    let ds: Vec<Vec<u8>> = ns.iter().map(|&n| data(n, len)).collect();
+    let ops = put_ops(ns, &ds);
     for r in s.write_batch(&ops) {
         r.unwrap();
     }
