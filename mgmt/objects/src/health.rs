@@ -109,9 +109,17 @@ impl DriveHealth {
     }
 }
 
+/// Polls in a row a drive must be unreachable before it counts as down. A node
+/// that has just joined cannot reach its peers' datapathd until they have loaded
+/// its certificate (they re-read the member list every 2 s): one failed poll is
+/// no evidence, and counting it would make a fresh node refuse writes. A drive
+/// whose datapathd answers that it failed is marked at once.
+const UNREACHABLE_POLLS: u32 = 3;
+
 pub(crate) fn spawn_poller(health: std::sync::Arc<DriveHealth>, chunks: Fabric) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut misses: std::collections::HashMap<u16, u32> = Default::default();
         loop {
             tick.tick().await;
             let drives = chunks.drives();
@@ -122,10 +130,16 @@ pub(crate) fn spawn_poller(health: std::sync::Arc<DriveHealth>, chunks: Fabric) 
             if let Ok(res) = chunks.call(ops).await {
                 for (drive, r) in drives.into_iter().zip(res) {
                     match r {
-                        Ok(Reply::DriveInfo(d)) => health.update(&[d]),
-                        // Unreachable (its node is down) or failed: not healthy.
+                        Ok(Reply::DriveInfo(d)) => {
+                            misses.remove(&drive);
+                            health.update(&[d]);
+                        }
+                        // Unreachable (its node is down) or failed: not healthy,
+                        // once it has stayed so for a few polls.
                         Err(_) => {
-                            if health.set(drive, false) {
+                            let n = misses.entry(drive).or_insert(0);
+                            *n += 1;
+                            if *n >= UNREACHABLE_POLLS && health.set(drive, false) {
                                 tracing::warn!(drive, "drive unreachable");
                             }
                         }
