@@ -608,6 +608,14 @@ impl Cluster {
             .json()
             .await
             .map_err(peer)?;
+        // The leader has answered: losing the answer now is "timed out after the
+        // leader committed".
+        fail::fail_point!("cluster::forward-reply-lost", |_| {
+            Err(Forward::MaybeAppended(ClusterError::Peer {
+                peer: addr.to_string(),
+                msg: "injected: the leader's answer was lost".into(),
+            }))
+        });
         r.map_err(|refused| {
             let err = ClusterError::Peer {
                 peer: addr.to_string(),
