@@ -12,8 +12,9 @@
 //! a bad batch followed by valid ones is skipped and every record in it whose own
 //! checksums verify is kept, so one flipped byte costs at most the chunk it hit
 //! (which then reads as `NotFound`, for the layer above to repair from other
-//! drives); only a bad last batch with nothing valid after it is dropped as a torn,
-//! never acknowledged, write. Segments whose header, summary or footer is damaged
+//! drives); of a bad last batch with nothing valid after it (a torn write, or
+//! damage) every record that verifies is kept too. A clean close seals the open
+//! segment, so nothing acknowledged is ever in an unsealed tail after a clean stop. Segments whose header, summary or footer is damaged
 //! are rescanned rather than freed. What was found is logged and counted in
 //! [`Report`].
 //!

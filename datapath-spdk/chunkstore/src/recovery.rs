@@ -5,11 +5,12 @@
 //! Damage costs as little as the format allows: a bad batch followed by valid ones
 //! is corruption, not a tail; it is skipped (by its own length when its header
 //! verifies, else by probing the following block boundaries for a valid batch) and
-//! every record inside it whose header and payload checksums verify is kept. Only a
-//! bad batch with nothing valid after it is dropped as a torn write (a batch is
-//! acknowledged only after its write completed, so a torn one never was; a flipped
-//! byte in the very last batch of an unsealed segment looks the same and costs that
-//! batch). Rescanned segments are then sealed, so nothing is appended after a tail.
+//! every record inside it whose header and payload checksums verify is kept. A bad
+//! batch with nothing valid after it is a torn write (a batch is acknowledged only
+//! after its write completed, so a torn one never was) or damage, which look the
+//! same: its records that verify are kept either way (an unacknowledged one is
+//! merely unreferenced), the rest dropped and counted as torn. A clean close seals
+//! the open segment, so after a clean stop this case cannot hide damage. Rescanned segments are then sealed, so nothing is appended after a tail.
 //!
 //! Seq rules, which keep stale records of an earlier use of a segment out:
 //! - Log segment with a valid header: every record of this use has a seq above the
@@ -451,13 +452,33 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
             // Nothing valid follows: the tail.
             let blk_end = (pos + BLOCK).min(region.len());
             if seg_off < rule.quiet_from && region[pos..blk_end].iter().any(|&x| x != 0) {
+                // A torn write (never acknowledged) or, after a clean stop or in a
+                // sealed segment, damage: the two cannot be told apart here. Every
+                // record in it that verifies on its own is kept either way (keeping
+                // a record that was never acknowledged loses nothing: it is
+                // unreferenced and collected), so a flipped byte in the last batch
+                // costs only the chunk it hit.
                 let ext = hdr_len.map_or(region.len(), |l| pos.saturating_add(l));
-                let ids: Vec<String> = records_in(region, pos, ext, last, u64::MAX)
-                    .iter()
-                    .take(32)
-                    .map(|(_, h, _)| h.id.to_string())
-                    .collect();
-                tracing::warn!(device = %dev, segment = seg, offset = seg_off, chunks = ?ids, "unreadable batch at the end of the segment dropped as a torn write (never acknowledged)");
+                let mut kept = 0u64;
+                let mut dropped = Vec::new();
+                for (off, h, ok) in records_in(region, pos, ext, last, u64::MAX) {
+                    if out.entries.len() >= rule.max_records {
+                        break;
+                    }
+                    last = h.seq;
+                    if ok {
+                        out.entries.push(entry(&h, BLOCK + off));
+                        out.end = out.end.max(round_block(
+                            (BLOCK + off) as u64 + record_len(h.payload_len),
+                        ));
+                        kept += 1;
+                    } else {
+                        out.lost.push((h.id, h.seq));
+                        dropped.push(h.id.to_string());
+                    }
+                }
+                out.stats.salvaged_records += kept;
+                tracing::warn!(device = %dev, segment = seg, offset = seg_off, kept, dropped = ?dropped, "unreadable last batch of the segment: a torn write if the node crashed (never acknowledged), damage if it had stopped cleanly; records that verify were kept");
                 out.stats.torn_batches += 1;
             }
             break;

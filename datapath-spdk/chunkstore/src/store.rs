@@ -461,6 +461,14 @@ impl ChunkStore {
     /// Closes the store. Every acknowledged write is already durable; this flushes
     /// for good measure and drops the queue.
     pub fn close(mut self) -> Result<()> {
+        // Seal the open segment: after a clean stop every record is then in a
+        // summary, so damage to the last batch can never be mistaken at the next
+        // open for a torn (unacknowledged) write.
+        if let (None, Some(s)) = (&self.failed, self.open) {
+            if let Err(e) = self.seal(s) {
+                tracing::warn!(device = %self.device.name, segment = s, "sealing the open segment at close: {e}");
+            }
+        }
         if self.failed.is_none() {
             self.qp.submit_flush(u64::MAX)?;
             let mut done = Vec::new();
