@@ -465,7 +465,6 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
                     if out.entries.len() >= rule.max_records {
                         break;
                     }
-                    last = h.seq;
                     if ok {
                         out.entries.push(entry(&h, BLOCK + off));
                         out.end = out.end.max(round_block(

@@ -39,8 +39,8 @@ fn table(drives: &[DriveStatus]) -> String {
         };
         if let Some(dmg) = &d.damage_at_open {
             health.push_str(&format!(
-                "; at open: {} records lost, {} salvaged, {} torn",
-                dmg.corrupt_records, dmg.salvaged_records, dmg.torn_batches
+                "; at open: {} records lost, {} salvaged, {} torn, {} damaged segments",
+                dmg.corrupt_records, dmg.salvaged_records, dmg.torn_batches, dmg.damaged_segments
             ));
         }
         rows.push(vec![

@@ -73,7 +73,11 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
         println!(
             "{:<6}{:<9}{:>11}{:>11}{:>9}  {}{}{}",
             d.index,
-            d.state,
+            if d.state == "healthy" && d.full {
+                "full"
+            } else {
+                d.state.as_str()
+            },
             human(d.used_bytes),
             human(d.capacity_bytes),
             d.chunks,

@@ -53,6 +53,10 @@ pub enum ObjectError {
     AccessDenied,
     #[error("data unavailable: {0}")]
     Unavailable(String),
+    /// Too few good fragments or copies to return the bytes: lost to damage
+    /// beyond the redundancy, or on drives that are down.
+    #[error("data unreadable: {0}")]
+    Unreadable(String),
     #[error("the request body ended before its declared length ({got} of {want} bytes)")]
     IncompleteBody { got: u64, want: u64 },
     #[error("the request body is longer than its declared length of {0} bytes")]

@@ -159,7 +159,7 @@ impl Reader {
             }
         }
         self.counters.unreadable.fetch_add(1, Ordering::Relaxed);
-        Err(ObjectError::Unavailable(format!(
+        Err(ObjectError::Unreadable(format!(
             "extent {:x}: no readable copy ({last_err})",
             p.extent.id
         )))
@@ -197,7 +197,7 @@ impl Reader {
                 .iter()
                 .map(|(i, f)| format!("fragment {i}: {f}"))
                 .collect();
-            return Err(ObjectError::Unavailable(format!(
+            return Err(ObjectError::Unreadable(format!(
                 "extent {:x} stripe {}: {present} of {} fragments readable, {k} needed ({})",
                 p.extent.id,
                 p.stripe,

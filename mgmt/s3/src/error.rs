@@ -42,6 +42,13 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 "not enough drives are reachable to store or read the data; retry later"
             )
         }
+        e @ ObjectError::Unreadable(_) => {
+            tracing::error!("{e}");
+            s3_error!(
+                ServiceUnavailable,
+                "the object cannot be read now: too few of its fragments are readable (drives down, or damage beyond its redundancy); `nodectl status` shows the drives"
+            )
+        }
         ObjectError::OutcomeUnknown => s3_error!(
             ServiceUnavailable,
             "the write may or may not have been applied (its commit could not be confirmed); retrying it is safe"
