@@ -273,6 +273,10 @@ async fn run_cluster(
             };
             match store {
                 Ok(store) => {
+                    let (reached, of) = store.wait_for_fabric(Duration::from_secs(10)).await;
+                    if reached < of {
+                        tracing::warn!("serving S3 with {reached} of {of} up drives reachable");
+                    }
                     tracing::info!(%s3_addr, "S3 serving for the cluster");
                     if let Err(e) =
                         cairn_s3::serve(s3_listener, store, keys, std::future::pending()).await

@@ -346,6 +346,38 @@ impl ObjectStore {
         }
     }
 
+    /// Waits, at most `limit`, until every drive the map says may take data
+    /// answers through the fabric; returns how many did. A node that has just
+    /// joined cannot reach its peers' datapathd until they have loaded its
+    /// certificate (they re-read their member list every 2 s): waiting here keeps
+    /// its first S3 clients from being refused meanwhile.
+    pub async fn wait_for_fabric(&self, limit: std::time::Duration) -> (usize, usize) {
+        let start = tokio::time::Instant::now();
+        loop {
+            let want: Vec<u16> = self
+                .chunks
+                .placement()
+                .ok
+                .iter()
+                .enumerate()
+                .filter(|(_, ok)| **ok)
+                .map(|(d, _)| d as u16)
+                .collect();
+            let ops = want
+                .iter()
+                .map(|&drive| Request::DriveInfo { drive })
+                .collect();
+            let answered = match self.chunks.call(ops).await {
+                Ok(r) => r.iter().filter(|r| r.is_ok()).count(),
+                Err(_) => 0,
+            };
+            if answered == want.len() || start.elapsed() >= limit {
+                return (answered, want.len());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     /// Aborts every multipart upload created more than `age` ago and frees its
     /// parts; returns how many it aborted. In a cluster every node may run it: an
     /// upload aborted twice is refused the second time (NoSuchUpload), harmlessly.
