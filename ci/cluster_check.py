@@ -362,12 +362,21 @@ def partition_check(a, c, nodes, clients, bucket):
             s = time.time()
             with lock:
                 attempts.setdefault(k, []).append((s, md5))
-                cut = window["cut"]
-                if node in minority and cut and s > cut + 1 and not window["healed"]:
-                    stats["minority_tried"] += 1
+
+            def tried():
+                # Asked of the minority while it was cut off: started, or still
+                # waiting for its answer, after the cut (a request through a
+                # cut-off node can take longer than the cut lasts: the leader's
+                # deadline, then the fence that settles an unknown outcome).
+                with lock:
+                    cut, healed = window["cut"], window["healed"]
+                    if node in minority and cut and time.time() > cut + 1 and \
+                            (not healed or s < healed):
+                        stats["minority_tried"] += 1
             try:
                 clients[node].put_object(Bucket=bucket, Key=k, Body=data)
             except Exception:
+                tried()
                 hist.wrote(k, s, None, md5)
                 with lock:
                     cut = window["cut"]
@@ -375,6 +384,7 @@ def partition_check(a, c, nodes, clients, bucket):
                             (not window["healed"] or s < window["healed"]):
                         stats["minority_refused"] += 1
                 continue
+            tried()
             e = time.time()
             hist.wrote(k, s, e, md5)
             with lock:
