@@ -8,7 +8,6 @@ mod common;
 use cairn_cluster::Command;
 use cairn_meta::{Commit, MetaError, MetaLog, Proposal};
 use common::*;
-use std::time::Duration;
 
 fn create(name: &str) -> Proposal {
     match bucket(name) {
@@ -24,11 +23,7 @@ async fn answers_lost_after_the_leader_committed() {
     let token = init(&a, "fp", 2, 1, 3).await;
     let (b, c) = (member().await, member().await);
     for m in [&b, &c] {
-        m.cluster.request_join(&a.addr, &token).await.unwrap();
-        m.cluster
-            .wait_member(Duration::from_secs(20))
-            .await
-            .unwrap();
+        join(m, &a, &token).await;
     }
     // A follower forwards; `a` created the cluster and leads until it fails.
     let f = if a.cluster.raft_status().leader == Some(b.cluster.raft_status().node_id) {

@@ -26,11 +26,7 @@ async fn three_members_agree_and_survive_the_leader() {
     let e = b.cluster.request_join(&a.addr, &other_ca).await;
     assert!(format!("{e:?}").contains("not from the cluster"), "{e:?}");
     for m in [&b, &c] {
-        m.cluster.request_join(&a.addr, &token).await.unwrap();
-        m.cluster
-            .wait_member(Duration::from_secs(20))
-            .await
-            .unwrap();
+        join(m, &a, &token).await;
     }
     assert_eq!(a.cluster.map().nodes.len(), 3);
 

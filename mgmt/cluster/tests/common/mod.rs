@@ -75,3 +75,12 @@ pub fn bucket(name: &str) -> Command {
         },
     })
 }
+
+/// Joins `m` to the cluster `seed` leads with `token`, and waits until it is a member.
+pub async fn join(m: &Member, seed: &Member, token: &str) {
+    m.cluster.request_join(&seed.addr, token).await.unwrap();
+    m.cluster
+        .wait_member(Duration::from_secs(20))
+        .await
+        .unwrap();
+}
