@@ -25,17 +25,27 @@ async fn answers_lost_after_the_leader_committed() {
     for m in [&b, &c] {
         join(m, &a, &token).await;
     }
-    // A follower forwards; `a` created the cluster and leads until it fails.
-    let f = if a.cluster.raft_status().leader == Some(b.cluster.raft_status().node_id) {
-        &c
-    } else {
-        &b
+    let t = std::time::Instant::now();
+    while a.cluster.raft_status().leader.is_none() {
+        assert!(t.elapsed().as_secs() < 20, "no leader");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let members = [&a, &b, &c];
+    // A member that is not the leader now (asked before each step: a loaded
+    // machine may hold an election meanwhile), so its proposals are forwarded.
+    let follower = || {
+        let leader = a.cluster.raft_status().leader;
+        *members
+            .iter()
+            .find(|m| Some(m.cluster.raft_status().node_id) != leader)
+            .unwrap()
     };
 
     // One answer lost: the retry is answered from the window of applied
     // requests, so the proposer learns "committed" and it was applied once.
     fail::cfg("cluster::forward-reply-lost", "1*return").unwrap();
     let p = create("lost-once");
+    let f = follower();
     let r = MetaLog::propose(&*f.cluster, p.clone()).await;
     assert!(matches!(r, Commit::Committed(_)), "{r:?}");
     let again = MetaLog::propose(&*a.cluster, create("lost-once")).await;
@@ -48,6 +58,7 @@ async fn answers_lost_after_the_leader_committed() {
     // "unknown", never "rejected", although the leader committed it.
     fail::cfg("cluster::forward-reply-lost", "return").unwrap();
     let q = create("lost-always");
+    let f = follower();
     let r = MetaLog::propose(&*f.cluster, q.clone()).await;
     assert!(matches!(r, Commit::Unknown(_)), "{r:?}");
     fail::remove("cluster::forward-reply-lost");
