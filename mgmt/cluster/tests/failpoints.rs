@@ -63,7 +63,7 @@ async fn answers_lost_after_the_leader_committed() {
     assert!(matches!(r, Commit::Unknown(_)), "{r:?}");
     fail::remove("cluster::forward-reply-lost");
     // The fence settles it: committed, once.
-    let settled = MetaLog::propose(&*f.cluster, q.fence()).await;
+    let settled = MetaLog::propose(&*f.cluster, Proposal::fence(q.request)).await;
     assert!(matches!(settled, Commit::Committed(_)), "{settled:?}");
     f.cluster.read_barrier().await.unwrap();
     assert!(f.meta.bucket("lost-always").unwrap().is_some());
@@ -72,7 +72,7 @@ async fn answers_lost_after_the_leader_committed() {
 
     // A fence that arrives first bars the proposal it settles, in a cluster too.
     let late = create("never");
-    let fenced = MetaLog::propose(&*f.cluster, late.fence()).await;
+    let fenced = MetaLog::propose(&*f.cluster, Proposal::fence(late.request)).await;
     assert!(
         matches!(fenced, Commit::Rejected(MetaError::Fenced)),
         "{fenced:?}"

@@ -72,7 +72,7 @@ async fn three_members_agree_and_survive_the_leader() {
         Commit::Committed(_)
     ));
     assert!(matches!(
-        MetaLog::propose(&*a.cluster, fresh.fence()).await,
+        MetaLog::propose(&*a.cluster, Proposal::fence(fresh.request)).await,
         Commit::Committed(_)
     ));
 

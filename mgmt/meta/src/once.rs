@@ -65,10 +65,10 @@ impl Proposal {
         }
     }
 
-    /// The fence that settles this proposal's outcome.
-    pub fn fence(&self) -> Proposal {
+    /// The fence that settles the outcome of the proposal made under `request`.
+    pub fn fence(request: RequestId) -> Proposal {
         Proposal {
-            request: self.request,
+            request,
             mutation: Mutation::Fence,
         }
     }

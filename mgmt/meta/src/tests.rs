@@ -262,7 +262,7 @@ async fn a_retried_proposal_applies_once() {
     assert_eq!(again.freed.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
     assert_eq!(s.object("b", "k").unwrap().unwrap().etag, "new");
     // A fence after the fact reports the original outcome.
-    let Commit::Committed(f) = s.propose(p.fence()).await else {
+    let Commit::Committed(f) = s.propose(Proposal::fence(p.request)).await else {
         panic!("fence of a committed proposal must say committed")
     };
     assert_eq!(f.object.unwrap().etag, "new");
@@ -279,7 +279,7 @@ async fn a_fence_bars_a_late_proposal() {
     mkbucket(&s, "b").await;
     let p = Proposal::new(put_m("late", obj("x", 5)));
     assert!(matches!(
-        s.propose(p.fence()).await,
+        s.propose(Proposal::fence(p.request)).await,
         Commit::Rejected(MetaError::Fenced)
     ));
     assert!(matches!(
@@ -296,7 +296,7 @@ async fn a_fence_bars_a_late_proposal() {
         Commit::Rejected(MetaError::NoSuchBucket(_))
     ));
     assert!(matches!(
-        s.propose(q.fence()).await,
+        s.propose(Proposal::fence(q.request)).await,
         Commit::Rejected(MetaError::NoSuchBucket(_))
     ));
 }

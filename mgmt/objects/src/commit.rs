@@ -18,7 +18,9 @@
 
 use crate::{chunk_id, Fabric, ObjectError};
 use cairn_chunkproto::Request;
-use cairn_meta::{Applied, Commit, Extent, Layout, MetaError, MetaLog, Mutation, Proposal};
+use cairn_meta::{
+    Applied, Commit, Extent, Layout, MetaError, MetaLog, Mutation, Proposal, RequestId,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,60 +57,71 @@ impl Committer {
         written: Vec<Extent>,
     ) -> Result<Applied, ObjectError> {
         let p = Proposal::new(m);
-        let mut outcome = self.log.propose(p.clone()).await;
+        let request = p.request;
+        let mut outcome = self.log.propose(p).await;
         if let Commit::Unknown(why) = &outcome {
-            tracing::warn!(request = %p.request, "commit outcome unknown ({why}); settling it with a fence");
-            outcome = self.log.propose(p.fence()).await;
+            tracing::warn!(%request, "commit outcome unknown ({why}); settling it with a fence");
+            outcome = self.log.propose(Proposal::fence(request)).await;
         }
-        match self.settled(tenant, outcome, written.clone()) {
-            Some(r) => r,
-            None => {
+        match self.settled(tenant, outcome, written) {
+            Ok(r) => r,
+            Err(written) => {
                 let me = self.clone();
-                tokio::spawn(async move { me.settle_in_background(tenant, p, written).await });
+                tokio::spawn(
+                    async move { me.settle_in_background(tenant, request, written).await },
+                );
                 Err(ObjectError::OutcomeUnknown)
             }
         }
     }
 
     /// Frees what a settled outcome allows and turns it into the caller's answer;
-    /// `None` while it is still unknown.
+    /// while it is still unknown, hands `written` back untouched.
     fn settled(
         &self,
         tenant: u64,
         outcome: Commit,
         written: Vec<Extent>,
-    ) -> Option<Result<Applied, ObjectError>> {
+    ) -> Result<Result<Applied, ObjectError>, Vec<Extent>> {
         match outcome {
-            Commit::Committed(a) => {
-                free(&self.chunks, tenant, a.freed.clone(), self.grace);
-                Some(Ok(a))
+            Commit::Committed(mut a) => {
+                free(
+                    &self.chunks,
+                    tenant,
+                    std::mem::take(&mut a.freed),
+                    self.grace,
+                );
+                Ok(Ok(a))
             }
             Commit::Rejected(e) => {
                 // Never applied: what was written for it is referenced by nothing,
                 // and no reader can have found it.
                 free(&self.chunks, tenant, written, Duration::ZERO);
-                Some(Err(match e {
+                Ok(Err(match e {
                     MetaError::Fenced => ObjectError::NotCommitted,
                     e => e.into(),
                 }))
             }
-            Commit::Unknown(_) => None,
+            Commit::Unknown(_) => Err(written),
         }
     }
 
-    async fn settle_in_background(self, tenant: u64, p: Proposal, written: Vec<Extent>) {
+    async fn settle_in_background(self, tenant: u64, request: RequestId, mut written: Vec<Extent>) {
         let start = tokio::time::Instant::now();
         let mut wait = Duration::from_secs(1);
         while start.elapsed() < SETTLE_FOR {
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(Duration::from_secs(30));
-            let outcome = self.log.propose(p.fence()).await;
-            if self.settled(tenant, outcome, written.clone()).is_some() {
-                tracing::info!(request = %p.request, "unknown commit outcome settled");
-                return;
+            let outcome = self.log.propose(Proposal::fence(request)).await;
+            match self.settled(tenant, outcome, written) {
+                Ok(_) => {
+                    tracing::info!(%request, "unknown commit outcome settled");
+                    return;
+                }
+                Err(w) => written = w,
             }
         }
-        tracing::error!(request = %p.request, "commit outcome still unknown after {SETTLE_FOR:?}; its chunks are left to the collector");
+        tracing::error!(%request, "commit outcome still unknown after {SETTLE_FOR:?}; its chunks are left to the collector");
     }
 }
 

@@ -8,26 +8,19 @@
 use crate::Fabric;
 use cairn_chunkproto::{DriveReport, DriveState, Reply, Request};
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Health of the drives, by cluster-wide id. A drive not yet heard of counts as
 /// healthy: the first failed operation or report marks it.
 #[derive(Debug, Default)]
 pub struct DriveHealth {
     healthy: RwLock<Vec<bool>>,
-    /// When each drive last refused a write for want of space.
-    full: RwLock<Vec<Option<Instant>>>,
 }
-
-/// A drive that refused a write for want of space counts as full for this long
-/// (then it is tried again: deletes and compaction may have made room).
-const FULL_FOR: Duration = Duration::from_secs(10);
 
 impl DriveHealth {
     pub fn new(drives: u16) -> DriveHealth {
         DriveHealth {
             healthy: RwLock::new(vec![true; drives as usize]),
-            full: RwLock::new(vec![None; drives as usize]),
         }
     }
 
@@ -60,31 +53,6 @@ impl DriveHealth {
             v.resize(i + 1, true);
         }
         std::mem::replace(&mut v[i], ok)
-    }
-
-    /// Records that a drive refused a write for want of space.
-    pub fn mark_full(&self, drive: u16) {
-        let mut v = self.full.write().unwrap_or_else(|e| e.into_inner());
-        let i = drive as usize;
-        if v.len() <= i {
-            v.resize(i + 1, None);
-        }
-        if v[i].is_none_or(|t| t.elapsed() > FULL_FOR) {
-            tracing::warn!(drive, "drive is full: it refuses new data");
-        }
-        v[i] = Some(Instant::now());
-    }
-
-    /// Drives that refused a write for want of space recently.
-    pub fn full_drives(&self) -> Vec<u16> {
-        self.full
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.is_some_and(|t| t.elapsed() <= FULL_FOR))
-            .map(|(i, _)| i as u16)
-            .collect()
     }
 
     pub fn mark_failed(&self, drive: u16) {

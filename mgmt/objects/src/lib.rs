@@ -565,13 +565,14 @@ impl ObjectStore {
             Mutation::PutObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
-                record: record.clone(),
+                record,
                 cond,
             },
             written,
         )
-        .await?;
-        Ok(record)
+        .await?
+        .object
+        .ok_or_else(|| MetaError::Db("put returned no object".into()).into())
     }
 
     /// The manifest of `bucket/key`.

@@ -449,10 +449,8 @@ async fn put_all(
             Err(f) => {
                 match f.code {
                     FailureCode::DriveFailed => health.mark_failed(d),
-                    FailureCode::NoSpace => {
-                        full = true;
-                        health.mark_full(d);
-                    }
+                    // Not a health matter: datapathd reports the drive as full.
+                    FailureCode::NoSpace => full = true,
                     _ => {}
                 }
                 tracing::warn!(drive = d, "fragment write failed: {f}");
