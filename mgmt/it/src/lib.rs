@@ -273,19 +273,26 @@ impl Node {
 
     /// The admin API's status document.
     pub fn status(&self) -> serde_json::Value {
+        self.admin("GET", "/v1/status")
+    }
+
+    /// An admin API call (bearer token from the node's state), its JSON answer.
+    pub fn admin(&self, method: &str, path: &str) -> serde_json::Value {
         let token =
             std::fs::read_to_string(self.state_dir().join("admin.token")).expect("admin token");
         let out = Command::new("curl")
             .args([
                 "-sf",
+                "-X",
+                method,
                 "-H",
                 &format!("Authorization: Bearer {}", token.trim()),
-                &format!("http://{}/v1/status", self.admin_addr),
+                &format!("http://{}{path}", self.admin_addr),
             ])
             .output()
             .expect("curl");
-        assert!(out.status.success(), "status request failed");
-        serde_json::from_slice(&out.stdout).expect("status JSON")
+        assert!(out.status.success(), "{method} {path} failed");
+        serde_json::from_slice(&out.stdout).expect("admin API JSON")
     }
 }
 
@@ -294,6 +301,35 @@ impl Drop for Node {
         self.kill_mgmtd();
         self.kill_datapathd();
     }
+}
+
+/// Every offset in the node's drive files where `needle` is stored.
+pub fn find_on_drives(node: &Node, needle: &[u8]) -> Vec<(u16, u64)> {
+    let mut hits = Vec::new();
+    for d in 0..node.opts.drives {
+        let data = std::fs::read(node.drive_path(d)).unwrap_or_default();
+        let mut i = 0;
+        while let Some(p) = data[i..].windows(needle.len()).position(|w| w == needle) {
+            hits.push((d, (i + p) as u64));
+            i += p + 1;
+        }
+    }
+    hits
+}
+
+/// Flips bits of one byte of a drive file, durably.
+pub fn flip(node: &Node, drive: u16, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(node.drive_path(drive))
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).unwrap();
+    b[0] ^= 0x5a;
+    f.write_all_at(&b, offset).unwrap();
+    f.sync_all().unwrap();
 }
 
 /// Bytes that differ in every block, so no layer can deduplicate or compress them.

@@ -2,9 +2,11 @@
 //! SIGKILL under a write load, bytes flipped in stored fragments, drive files removed
 //! and truncated while the node runs.
 
-use cairn_it::{get_bytes as get, md5_hex, put_bytes as put, random_bytes, Node, NodeOptions};
+use cairn_it::{
+    find_on_drives, flip, get_bytes as get, md5_hex, put_bytes as put, random_bytes, Node,
+    NodeOptions,
+};
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -120,33 +122,6 @@ async fn futures_join(hs: Vec<tokio::task::JoinHandle<()>>) {
     for h in hs {
         let _ = h.await;
     }
-}
-
-/// Every offset in the drive files where `needle` is stored.
-fn find_on_drives(node: &Node, needle: &[u8]) -> Vec<(u16, u64)> {
-    let mut hits = Vec::new();
-    for d in 0..node.opts.drives {
-        let data = std::fs::read(node.drive_path(d)).unwrap_or_default();
-        let mut i = 0;
-        while let Some(p) = data[i..].windows(needle.len()).position(|w| w == needle) {
-            hits.push((d, (i + p) as u64));
-            i += p + 1;
-        }
-    }
-    hits
-}
-
-fn flip(node: &Node, drive: u16, offset: u64) {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(node.drive_path(drive))
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset).unwrap();
-    b[0] ^= 0x5a;
-    f.write_all_at(&b, offset).unwrap();
-    f.sync_all().unwrap();
 }
 
 fn counter(node: &Node, name: &str) -> u64 {

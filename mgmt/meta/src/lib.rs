@@ -469,6 +469,39 @@ impl MetaStore {
         Ok(out)
     }
 
+    /// Up to `limit` objects in (bucket, key) order, strictly after `after`: a walk
+    /// over every object (the scrubber's) that holds one page at a time.
+    #[allow(clippy::type_complexity)]
+    pub fn objects_after(
+        &self,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Vec<(String, String, ObjectRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(OBJECTS)?;
+        let iter = match after {
+            Some(a) => t.range(a..)?,
+            None => t.range::<(&str, &str)>(..)?,
+        };
+        let mut out = Vec::new();
+        for e in iter {
+            let (k, v) = e?;
+            let (b, key) = k.value();
+            if after == Some((b, key)) {
+                continue;
+            }
+            out.push((
+                b.to_string(),
+                key.to_string(),
+                serde_json::from_slice(v.value())?,
+            ));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(OBJECTS)?;
@@ -800,7 +833,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             for mv in moves {
                 let slot = match &mut ext.layout {
                     // A copy added to an under-replicated extent.
-                    Layout::Replicated { drives }
+                    Layout::Replicated { drives, .. }
                         if mv.stripe == 0
                             && mv.from == UNPLACED
                             && mv.frag as usize == drives.len() =>
@@ -808,7 +841,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                         drives.push(UNPLACED);
                         drives.last_mut()
                     }
-                    Layout::Replicated { drives } if mv.stripe == 0 => {
+                    Layout::Replicated { drives, .. } if mv.stripe == 0 => {
                         drives.get_mut(mv.frag as usize)
                     }
                     Layout::Replicated { .. } => None,

@@ -50,7 +50,14 @@ pub struct Extent {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Layout {
     /// Whole copies of the extent, one chunk on each listed drive.
-    Replicated { drives: Vec<u16> },
+    Replicated {
+        drives: Vec<u16>,
+        /// CRC32C of the extent's bytes, checked on every read and scrub so a copy
+        /// that is internally consistent but not the one written (misplaced, stale,
+        /// forged) is never served. Absent in manifests written before Cairn kept it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sum: Option<u32>,
+    },
     /// Stripes of `k` data shards of at most `shard` bytes plus `m` parity shards.
     Erasure {
         k: u8,
@@ -66,6 +73,24 @@ pub enum Layout {
 pub struct Stripe {
     pub len: u32,
     pub drives: Vec<u16>,
+    /// CRC32C of each fragment as encoded (`k` data then `m` parity), checked on
+    /// every read, repair and scrub: a fragment must match what the encoder made,
+    /// not only its own record checksum on the drive. Empty in manifests written
+    /// before Cairn kept them (those rely on the drive's record checksums alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sums: Vec<u32>,
+}
+
+impl Stripe {
+    /// The recorded checksum of fragment `frag`, when the manifest has one.
+    pub fn sum(&self, frag: usize) -> Option<u32> {
+        self.sums.get(frag).copied()
+    }
+}
+
+/// Whether `data` is what a recorded checksum says (always, when none is recorded).
+pub fn matches_sum(sum: Option<u32>, data: &[u8]) -> bool {
+    sum.is_none_or(|s| crc32c::crc32c(data) == s)
 }
 
 /// A multipart upload in progress.

@@ -175,6 +175,12 @@ pub struct NodeStatus {
     /// Multipart uploads aborted for being older than `--abort-uploads-after`.
     #[serde(default)]
     pub aborted_uploads: u64,
+    /// Fragments found bad when read (by clients or the scrubber).
+    #[serde(default)]
+    pub bad_fragments: u64,
+    /// The scrubber: state, the pass under way, the last one.
+    #[serde(default)]
+    pub scrub: Option<cairn_objects::ScrubStatus>,
 }
 
 /// What the admin API manages.
@@ -185,21 +191,21 @@ pub(crate) enum Target {
 }
 
 #[derive(Clone)]
-struct App {
+pub(crate) struct App {
     target: Target,
     local: LocalDatapath,
     token: Arc<String>,
     data: PathBuf,
 }
 
-type Failure = (StatusCode, String);
+pub(crate) type Failure = (StatusCode, String);
 
 fn fail(code: StatusCode, e: impl std::fmt::Display) -> Failure {
     (code, format!("{e}\n"))
 }
 
 impl App {
-    fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
+    pub(crate) fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
         match &self.target {
             Target::Single(s) => Ok(s.clone()),
             Target::Cluster(c) => c.store.get().cloned().ok_or_else(|| {
@@ -221,7 +227,7 @@ impl App {
         }
     }
 
-    fn check(&self, headers: &HeaderMap) -> Result<(), Failure> {
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Failure> {
         if authorized(self, headers) {
             Ok(())
         } else {
@@ -245,6 +251,9 @@ pub(crate) async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/v1/status", get(status))
         .route("/v1/drives", get(drives))
+        .route("/v1/scrub", get(crate::scrub::status))
+        .route("/v1/scrub/start", post(crate::scrub::start))
+        .route("/v1/scrub/pause", post(crate::scrub::pause))
         .route("/v1/cluster/init", post(cluster_init))
         .route("/v1/cluster/join", post(cluster_join))
         .route("/v1/cluster/status", get(cluster_status))
@@ -305,7 +314,14 @@ async fn status(
         Ok(drives) => {
             let failed = drives.iter().any(|d| d.state != "healthy");
             let full = drives.iter().any(|d| d.full);
-            let h = if failed {
+            // The last scrub found damage it could not rebuild: some object is
+            // less protected than it should be until repair catches up.
+            let scrub_left = store
+                .scrubber()
+                .status()
+                .last
+                .is_some_and(|p| p.unrepaired > 0);
+            let h = if failed || scrub_left {
                 "degraded"
             } else if full {
                 // Serving reads and deletes; refusing new data.
@@ -340,6 +356,8 @@ async fn status(
         unreadable_reads: s.unreadable,
         collected_chunks: s.collected_chunks,
         aborted_uploads: s.aborted_uploads,
+        bad_fragments: s.bad_fragments,
+        scrub: Some(store.scrubber().status()),
     }))
 }
 

@@ -34,6 +34,8 @@ pub struct ClusterNode {
     pub store: OnceLock<Arc<ObjectStore>>,
     pub repair: Mutex<RepairStats>,
     pub opts: ClusterOpts,
+    /// The node's state directory.
+    pub data: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for ClusterNode {
@@ -180,6 +182,7 @@ fn routes(
             out.push(Route {
                 drive: d.id,
                 node: n.id,
+                own: n.id == me,
                 local: d.local,
                 client: client.clone(),
                 domain,
@@ -223,6 +226,7 @@ impl ClusterNode {
         write_members(&transport, &map);
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
         let _ = self.store.set(store.clone());
+        crate::scrub::keep_last_pass(&store, &self.data);
         store.start_background();
         tokio::spawn(async move {
             loop {

@@ -8,8 +8,10 @@
 mod admin;
 mod cluster;
 mod credentials;
+mod scrub;
 
 pub use admin::{DriveStatus, NodeDrives, NodeStatus};
+pub use cairn_objects::{ScrubPass, ScrubState, ScrubStatus};
 pub use cluster::{ClusterOpts, ClusterStatus, NodeView};
 pub use credentials::{
     load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,
@@ -91,6 +93,7 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
         Ok(n) => tracing::info!("removed {n} orphan chunks left by interrupted writes"),
         Err(e) => tracing::warn!("orphan collection skipped: {e}"),
     }
+    scrub::keep_last_pass(&store, &cfg.data);
     store.start_background();
 
     let token = load_or_create_admin_token(&cfg.data)?;
@@ -208,6 +211,7 @@ async fn run_cluster(
         store: std::sync::OnceLock::new(),
         repair: Default::default(),
         opts: opts.clone(),
+        data: cfg.data.clone(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

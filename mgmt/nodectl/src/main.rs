@@ -7,6 +7,7 @@ mod dev;
 mod devcluster;
 mod drives;
 mod nodeos;
+mod scrub;
 mod status;
 
 use clap::{Parser, Subcommand};
@@ -72,12 +73,45 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The node's scrubber: every fragment on its drives read back and checked.
+    Scrub {
+        #[command(subcommand)]
+        cmd: ScrubCmd,
+    },
     /// Drives, capacity, objects and health of a node.
     Status {
         /// The node's data directory (as given to `dev up`).
         #[arg(long, default_value = "./cairn-data")]
         data: PathBuf,
         /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ScrubCmd {
+    /// What the scrubber is doing, its last pass and when the next one runs.
+    Status {
+        #[command(flatten)]
+        target: cluster::Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a pass now (or resume a paused one).
+    Start {
+        #[command(flatten)]
+        target: cluster::Target,
+        /// Follow the pass to its end; exit 1 if it left fragments unrebuilt.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause the scrubber (until `start`, or mgmtd restarts).
+    Pause {
+        #[command(flatten)]
+        target: cluster::Target,
         #[arg(long)]
         json: bool,
     },
@@ -241,6 +275,11 @@ async fn main() -> std::process::ExitCode {
         Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Drives { target, json } => drives::show(&target, json).await,
         Cmd::Status { data, json } => status::show(&data, json).await,
+        Cmd::Scrub { cmd } => match cmd {
+            ScrubCmd::Status { target, json } => scrub::status(&target, json).await,
+            ScrubCmd::Start { target, wait, json } => scrub::start(&target, wait, json).await,
+            ScrubCmd::Pause { target, json } => scrub::pause(&target, json).await,
+        },
     };
     match res {
         Ok(()) => std::process::ExitCode::SUCCESS,

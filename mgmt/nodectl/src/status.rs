@@ -56,9 +56,18 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
         100.0 * status.used_bytes as f64 / status.capacity_bytes.max(1) as f64
     );
     println!(
-        "Repair       {} degraded reads, {} fragments repaired, {} unreadable",
-        status.degraded_reads, status.repaired_fragments, status.unreadable_reads
+        "Repair       {} degraded reads, {} bad fragments found, {} repaired, {} unreadable",
+        status.degraded_reads,
+        status.bad_fragments,
+        status.repaired_fragments,
+        status.unreadable_reads
     );
+    if let Some(p) = status.scrub.as_ref().and_then(|s| s.last.as_ref()) {
+        println!(
+            "Scrub        last pass: {} fragments checked, {} bad, {} rebuilt, {} not rebuilt",
+            p.fragments, p.bad, p.repaired, p.unrepaired
+        );
+    }
     println!();
     println!(
         "{:<6}{:<9}{:>11}{:>11}{:>9}  DEVICE",

@@ -139,7 +139,7 @@ pub(crate) fn free(chunks: &Fabric, tenant: u64, extents: Vec<Extent>, grace: Du
         let mut ops = Vec::new();
         for e in &extents {
             match &e.layout {
-                Layout::Replicated { drives } => {
+                Layout::Replicated { drives, .. } => {
                     for &drive in drives.iter().filter(|&&d| d != cairn_meta::UNPLACED) {
                         ops.push(Request::Delete {
                             drive,

@@ -23,6 +23,8 @@ pub struct Route {
     pub drive: u16,
     /// Node holding the drive (0 on a single node).
     pub node: u64,
+    /// Whether the drive is this node's own (the scrubber reads only those).
+    pub own: bool,
     /// The drive's index on that node's chunk service.
     pub local: u16,
     /// That node's chunk service.
@@ -50,6 +52,7 @@ impl Fabric {
                 .map(|d| Route {
                     drive: d,
                     node: 0,
+                    own: true,
                     local: d,
                     client: client.clone(),
                     domain: d as u32,
@@ -95,6 +98,16 @@ impl Fabric {
     /// Every known drive id.
     pub fn drives(&self) -> Vec<u16> {
         self.snapshot().iter().flatten().map(|r| r.drive).collect()
+    }
+
+    /// This node's own drives.
+    pub fn own_drives(&self) -> Vec<u16> {
+        self.snapshot()
+            .iter()
+            .flatten()
+            .filter(|r| r.own)
+            .map(|r| r.drive)
+            .collect()
     }
 
     /// The route of one drive.

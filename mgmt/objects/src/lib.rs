@@ -18,12 +18,14 @@ mod health;
 mod placement;
 mod read;
 mod repair;
+mod scrub;
 mod write;
 
 pub use fabric::{Fabric, Route};
 pub use health::DriveHealth;
 pub use placement::{place, Candidates};
 pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
+pub use scrub::{ScrubConfig, ScrubPass, ScrubState, ScrubStatus, Scrubber};
 
 use bytes::Bytes;
 use cairn_chunkproto::{ChunkId, DriveReport, FailureCode, ProtoError, Request};
@@ -108,6 +110,8 @@ pub struct StoreConfig {
     /// Multipart uploads older than this are aborted and their parts freed
     /// (`None`: kept until the client completes or aborts them).
     pub abandoned_upload_age: Option<std::time::Duration>,
+    /// The scrubber's rate and schedule.
+    pub scrub: ScrubConfig,
 }
 
 impl StoreConfig {
@@ -127,6 +131,7 @@ impl StoreConfig {
             // MinIO's default for stale uploads; S3 itself keeps them until a
             // lifecycle rule says otherwise.
             abandoned_upload_age: Some(std::time::Duration::from_secs(24 * 3600)),
+            scrub: ScrubConfig::default(),
         }
     }
 
@@ -177,6 +182,9 @@ pub fn default_ec(drives: u16) -> (u8, u8) {
 pub struct Counters {
     /// Reads that had to reconstruct from parity or another copy.
     pub degraded_reads: AtomicU64,
+    /// Fragments or copies found bad when read: a failed record checksum on the
+    /// drive, a wrong length, or bytes that do not match the manifest's checksum.
+    pub bad_fragments: AtomicU64,
     /// Fragments rewritten after a bad read, and verified by the datapath's checksum.
     pub repaired_fragments: AtomicU64,
     /// Reads that failed for want of enough good fragments.
@@ -185,6 +193,8 @@ pub struct Counters {
     pub collected_chunks: AtomicU64,
     /// Multipart uploads aborted for being older than the configured age.
     pub aborted_uploads: AtomicU64,
+    /// Client reads and writes started (the scrubber slows down while it moves).
+    pub foreground: AtomicU64,
 }
 
 /// User-visible attributes of an object, set at PUT.
@@ -210,6 +220,7 @@ pub struct StoreStatus {
     pub ec: String,
     pub replicas: u8,
     pub degraded_reads: u64,
+    pub bad_fragments: u64,
     pub repaired_fragments: u64,
     pub unreadable: u64,
     pub collected_chunks: u64,
@@ -227,6 +238,7 @@ pub struct ObjectStore {
     health: Arc<DriveHealth>,
     codecs: Arc<Codecs>,
     counters: Arc<Counters>,
+    scrub: Scrubber,
 }
 
 /// Codecs by (k, m), built once: building one inverts nothing but still allocates
@@ -279,10 +291,11 @@ impl ObjectStore {
             meta,
             log,
             chunks,
-            cfg,
             health,
             codecs: Arc::new(Codecs::default()),
             counters: Arc::new(Counters::default()),
+            scrub: Scrubber::new(cfg.scrub),
+            cfg,
         }))
     }
 
@@ -323,9 +336,11 @@ impl ObjectStore {
         &self.health
     }
 
-    /// Starts the drive-health poller and the reaper of abandoned uploads.
+    /// Starts the drive-health poller, the scrubber and the reaper of abandoned
+    /// uploads.
     pub fn start_background(self: &Arc<Self>) {
         health::spawn_poller(self.health.clone(), self.chunks.clone());
+        tokio::spawn(self.clone().scrub_loop());
         if let Some(age) = self.cfg.abandoned_upload_age {
             let me = self.clone();
             tokio::spawn(async move {
@@ -441,6 +456,7 @@ impl ObjectStore {
             ec: format!("{}+{}", self.cfg.ec.0, self.cfg.ec.1),
             replicas: self.cfg.replicas,
             degraded_reads: c.degraded_reads.load(Ordering::Relaxed),
+            bad_fragments: c.bad_fragments.load(Ordering::Relaxed),
             repaired_fragments: c.repaired_fragments.load(Ordering::Relaxed),
             unreadable: c.unreadable.load(Ordering::Relaxed),
             collected_chunks: c.collected_chunks.load(Ordering::Relaxed),
@@ -652,6 +668,7 @@ impl ObjectStore {
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
+        self.counters.foreground.fetch_add(1, Ordering::Relaxed);
         read::read_range(self.reader(tenant), rec, start, end)
     }
 

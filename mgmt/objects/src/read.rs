@@ -11,7 +11,7 @@
 use crate::{chunk_id, Codecs, Counters, DriveHealth, ObjectError};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
-use cairn_meta::{Extent, Layout, ObjectRecord, Stripe, UNPLACED};
+use cairn_meta::{matches_sum, Extent, Layout, ObjectRecord, Stripe, UNPLACED};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -94,7 +94,7 @@ pub(crate) fn read_range(
 impl Reader {
     async fn read_piece(&self, p: Piece) -> Result<Vec<Bytes>, ObjectError> {
         match &p.extent.layout {
-            Layout::Replicated { drives } => self.read_replicated(&p, drives).await,
+            Layout::Replicated { drives, sum } => self.read_replicated(&p, drives, *sum).await,
             Layout::Erasure { k, m, stripes, .. } => {
                 self.read_stripe(&p, *k as usize, *m as usize, &stripes[p.stripe])
                     .await
@@ -121,7 +121,12 @@ impl Reader {
             .collect())
     }
 
-    async fn read_replicated(&self, p: &Piece, drives: &[u16]) -> Result<Vec<Bytes>, ObjectError> {
+    async fn read_replicated(
+        &self,
+        p: &Piece,
+        drives: &[u16],
+        sum: Option<u32>,
+    ) -> Result<Vec<Bytes>, ObjectError> {
         let id = chunk_id(p.extent.id, 0, 0);
         let mut order: Vec<u16> = drives.to_vec();
         // Healthy drives first; a failed one is still tried last, in case the
@@ -138,7 +143,7 @@ impl Reader {
                 }])
                 .await?;
             match res.into_iter().next() {
-                Some(Ok(data)) if data.len() as u64 == p.extent.size => {
+                Some(Ok(data)) if data.len() as u64 == p.extent.size && matches_sum(sum, &data) => {
                     if !bad.is_empty() {
                         self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
                         self.repair(bad.into_iter().map(|d| (d, id, data.clone())).collect());
@@ -146,7 +151,13 @@ impl Reader {
                     return Ok(vec![data.slice(p.range.clone())]);
                 }
                 Some(Ok(data)) => {
-                    last_err = format!("copy on drive {d} has {} bytes", data.len());
+                    self.counters.bad_fragments.fetch_add(1, Ordering::Relaxed);
+                    last_err = if data.len() as u64 != p.extent.size {
+                        format!("copy on drive {d} has {} bytes", data.len())
+                    } else {
+                        format!("copy on drive {d} does not match the manifest's checksum")
+                    };
+                    tracing::warn!(drive = d, extent = %format!("{:x}", p.extent.id), "{last_err}");
                     bad.push(d);
                 }
                 Some(Err(f)) => {
@@ -218,13 +229,18 @@ impl Reader {
             .iter()
             .filter(|(i, f)| repairable(f) && self.health.is_healthy(stripe.drives[*i]))
             .filter_map(|(i, _)| {
-                rebuilt[*i].clone().map(|data| {
-                    (
-                        stripe.drives[*i],
-                        chunk_id(p.extent.id, p.stripe as u32, *i as u8),
-                        data,
-                    )
-                })
+                // Never write back a rebuilt fragment that is not what the encoder
+                // made (it would mean a bad input slipped through).
+                rebuilt[*i]
+                    .clone()
+                    .filter(|d| matches_sum(stripe.sum(*i), d))
+                    .map(|data| {
+                        (
+                            stripe.drives[*i],
+                            chunk_id(p.extent.id, p.stripe as u32, *i as u8),
+                            data,
+                        )
+                    })
             })
             .collect();
         self.repair(fixes);
@@ -265,15 +281,26 @@ impl Reader {
         }
         for (i, r) in idx.into_iter().zip(self.get(ops).await?) {
             match r {
-                Ok(b) if b.len() == shard_len => frags[i] = Some(b),
-                Ok(b) => failed.push((
-                    i,
-                    Failure::new(
-                        FailureCode::Corrupt,
-                        format!("fragment has {} bytes, expected {shard_len}", b.len()),
-                    ),
-                )),
-                Err(f) => failed.push((i, f)),
+                Ok(b) => match check_fragment(&b, shard_len, stripe.sum(i)) {
+                    Ok(()) => frags[i] = Some(b),
+                    Err(f) => {
+                        self.counters.bad_fragments.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            drive = stripe.drives[i],
+                            extent = %format!("{:x}", p.extent.id),
+                            stripe = p.stripe,
+                            fragment = i,
+                            "{f}"
+                        );
+                        failed.push((i, f))
+                    }
+                },
+                Err(f) => {
+                    if f.code == FailureCode::Corrupt {
+                        self.counters.bad_fragments.fetch_add(1, Ordering::Relaxed);
+                    }
+                    failed.push((i, f))
+                }
             }
         }
         Ok(())
@@ -319,6 +346,24 @@ fn k_of(p: &Piece) -> usize {
         Layout::Erasure { k, .. } => *k as usize,
         Layout::Replicated { .. } => 1,
     }
+}
+
+/// A fragment as it must be: the stripe's shard length and, when the manifest
+/// records one, the checksum the encoder gave it.
+pub(crate) fn check_fragment(b: &[u8], shard_len: usize, sum: Option<u32>) -> Result<(), Failure> {
+    if b.len() != shard_len {
+        return Err(Failure::new(
+            FailureCode::Corrupt,
+            format!("fragment has {} bytes, expected {shard_len}", b.len()),
+        ));
+    }
+    if !matches_sum(sum, b) {
+        return Err(Failure::new(
+            FailureCode::Corrupt,
+            "fragment does not match the manifest's checksum",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a failed fragment can be rewritten where it was.

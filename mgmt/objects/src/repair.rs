@@ -13,10 +13,11 @@
 //! the repairer saw it). A crash at any point leaves the old manifest and at worst
 //! an orphan chunk.
 
+use crate::read::check_fragment;
 use crate::{chunk_id, Candidates, ObjectError, ObjectStore};
 use bytes::Bytes;
 use cairn_chunkproto::{Reply, Request};
-use cairn_meta::{FragmentMove, Layout, Mutation, ObjectRecord, UNPLACED};
+use cairn_meta::{matches_sum, FragmentMove, Layout, Mutation, ObjectRecord, Stripe, UNPLACED};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -81,7 +82,7 @@ pub fn repairer(bucket: &str, key: &str, nodes: &[u64]) -> Option<u64> {
 /// Fragment positions of an extent: (stripe, position, drive, bytes).
 fn fragments(layout: &Layout, size: u64) -> Vec<(u32, u8, u16, u64)> {
     match layout {
-        Layout::Replicated { drives } => drives
+        Layout::Replicated { drives, .. } => drives
             .iter()
             .enumerate()
             .map(|(i, &d)| (0, i as u8, d, size))
@@ -152,7 +153,7 @@ impl ObjectStore {
                     }
                 }
                 let (width, tolerate) = match &e.layout {
-                    Layout::Replicated { drives } => {
+                    Layout::Replicated { drives, .. } => {
                         let short = (self.cfg.replicas as usize).saturating_sub(drives.len());
                         if short > 0 {
                             degraded = true;
@@ -230,7 +231,7 @@ impl ObjectStore {
             let mut moves = Vec::new();
             let mut stale = Vec::new();
             match &e.layout {
-                Layout::Replicated { drives } => {
+                Layout::Replicated { drives, .. } => {
                     // Copies short of the protection (written while domains were
                     // down) are filled in as "lost" positions past the end.
                     let mut drives = drives.clone();
@@ -245,7 +246,12 @@ impl ObjectStore {
                         continue;
                     }
                     let id = chunk_id(e.id, 0, 0);
-                    let Some(data) = self.first_good(tenant, &drives, &states, |_| id).await else {
+                    let sum = match &e.layout {
+                        Layout::Replicated { sum, .. } => *sum,
+                        Layout::Erasure { .. } => None,
+                    };
+                    let good = self.first_good(tenant, &drives, &states, id, e.size, sum);
+                    let Some(data) = good.await else {
                         pass.deferred += 1;
                         continue;
                     };
@@ -290,13 +296,27 @@ impl ObjectStore {
                         }
                         let shard = (st.len as usize).div_ceil(*k as usize).max(1);
                         let mut shards = self
-                            .fetch_stripe(tenant, e.id, s, &st.drives, &states, shard)
+                            .fetch_stripe(tenant, e.id, s, st, &states, shard)
                             .await?;
                         if shards.iter().filter(|x| x.is_some()).count() < *k as usize {
                             pass.deferred += 1;
                             continue;
                         }
                         codec.reconstruct(&mut shards)?;
+                        if let Some(f) = (0..shards.len()).find(|&f| {
+                            !matches_sum(st.sum(f), shards[f].as_deref().unwrap_or_default())
+                        }) {
+                            // Inputs were verified, so this is a bug or memory error:
+                            // write nothing.
+                            tracing::error!(
+                                extent = %format!("{:x}", e.id),
+                                stripe = s,
+                                fragment = f,
+                                "rebuilt fragment does not match the manifest; repair skipped"
+                            );
+                            pass.deferred += 1;
+                            continue;
+                        }
                         let mut used: Vec<u16> = st
                             .drives
                             .iter()
@@ -372,14 +392,17 @@ impl ObjectStore {
         Ok(())
     }
 
-    async fn first_good(
+    /// The first copy that is whole and matches the manifest's checksum.
+    pub(crate) async fn first_good(
         &self,
         tenant: u64,
         drives: &[u16],
         states: &[FragmentState],
-        id: impl Fn(usize) -> cairn_chunkproto::ChunkId,
+        id: cairn_chunkproto::ChunkId,
+        size: u64,
+        sum: Option<u32>,
     ) -> Option<Bytes> {
-        for (i, (&d, s)) in drives.iter().zip(states).enumerate() {
+        for (&d, s) in drives.iter().zip(states) {
             if *s != FragmentState::Good {
                 continue;
             }
@@ -387,45 +410,48 @@ impl ObjectStore {
                 .chunks
                 .call(vec![Request::Get {
                     drive: d,
-                    id: id(i),
+                    id,
                     tenant,
                 }])
                 .await;
             if let Ok(mut v) = r {
                 if let Some(Ok(Reply::Get { payload })) = v.pop() {
-                    return Some(payload);
+                    if payload.len() as u64 == size && matches_sum(sum, &payload) {
+                        return Some(payload);
+                    }
                 }
             }
         }
         None
     }
 
-    async fn fetch_stripe(
+    pub(crate) async fn fetch_stripe(
         &self,
         tenant: u64,
         extent: u128,
         stripe: u32,
-        drives: &[u16],
+        st: &Stripe,
         states: &[FragmentState],
         shard: usize,
     ) -> Result<Vec<Option<Vec<u8>>>, ObjectError> {
-        let want: Vec<usize> = (0..drives.len())
+        let want: Vec<usize> = (0..st.drives.len())
             .filter(|&i| states[i] == FragmentState::Good)
             .collect();
         let ops = want
             .iter()
             .map(|&i| Request::Get {
-                drive: drives[i],
+                drive: st.drives[i],
                 id: chunk_id(extent, stripe, i as u8),
                 tenant,
             })
             .collect();
         let res = self.chunks.call(ops).await?;
-        let mut shards = vec![None; drives.len()];
+        let mut shards = vec![None; st.drives.len()];
         for (i, r) in want.into_iter().zip(res) {
-            // The datapath verified the checksum; the length must match too.
+            // The datapath verified its record checksum; the length and the
+            // manifest's checksum must match too.
             if let Ok(Reply::Get { payload }) = r {
-                if payload.len() == shard {
+                if check_fragment(&payload, shard, st.sum(i)).is_ok() {
                     shards[i] = Some(payload.to_vec());
                 }
             }
@@ -434,7 +460,7 @@ impl ObjectStore {
     }
 
     /// Writes a chunk and reads it back; true when the bytes came back the same.
-    async fn put_verified(
+    pub(crate) async fn put_verified(
         &self,
         tenant: u64,
         drive: u16,

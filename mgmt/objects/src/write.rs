@@ -8,6 +8,7 @@ use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// A body as it arrives: counted, hashed and checked against its declared length.
@@ -89,6 +90,7 @@ impl ObjectStore {
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
     {
+        self.counters.foreground.fetch_add(1, Ordering::Relaxed);
         if let Some(l) = len {
             if l > max {
                 return Err(ObjectError::TooLarge { size: l, max });
@@ -175,6 +177,7 @@ impl ObjectStore {
             Ok(Stripe {
                 len,
                 drives: placed,
+                sums: Vec::new(),
             })
         }));
         let placed = join(unfinished.inflight.pop_front()).await?.drives;
@@ -184,6 +187,7 @@ impl ObjectStore {
             size: data.len() as u64,
             layout: Layout::Replicated {
                 drives: placed.into_iter().filter(|&d| d != UNPLACED).collect(),
+                sum: Some(crc32c::crc32c(&data)),
             },
         })
     }
@@ -384,6 +388,9 @@ impl StripeJob {
             }
             frags.extend(parity.into_iter().map(Bytes::from));
         }
+        // What the encoder made, fragment by fragment: reads, repair and the
+        // scrubber check every fragment against these, end to end.
+        let sums: Vec<u32> = frags.iter().map(|f| crc32c::crc32c(f)).collect();
         let mut targets = Vec::new();
         let mut ops = Vec::new();
         for (f, payload) in frags.into_iter().enumerate() {
@@ -423,6 +430,7 @@ impl StripeJob {
         Ok(Stripe {
             len: len as u32,
             drives: placed,
+            sums,
         })
     }
 }

@@ -54,6 +54,14 @@ struct Args {
     /// aborted and its parts freed (0: never).
     #[arg(long, env = "CAIRN_ABORT_UPLOADS_AFTER", default_value_t = 24 * 3600)]
     abort_uploads_after: u64,
+    /// The scrubber's ceiling, in MiB read per second (a quarter of it while
+    /// clients are active).
+    #[arg(long, env = "CAIRN_SCRUB_RATE_MIB", default_value_t = 64)]
+    scrub_rate_mib: u64,
+    /// Seconds from the end of one scrub pass to the start of the next (0: only
+    /// when started with `nodectl scrub start` or by damage found at start).
+    #[arg(long, env = "CAIRN_SCRUB_EVERY", default_value_t = 7 * 24 * 3600)]
+    scrub_every: u64,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -83,6 +91,10 @@ async fn main() -> std::process::ExitCode {
     }
     store.abandoned_upload_age = (args.abort_uploads_after > 0)
         .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
+    store.scrub = cairn_objects::ScrubConfig {
+        rate: args.scrub_rate_mib.max(1) << 20,
+        every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),
+    };
     let root = match RootCredentials::resolve(&args.data, false) {
         Ok((c, _)) => c,
         Err(e) => {

@@ -1,0 +1,76 @@
+//! The scrubber in mgmtd: its last pass kept across restarts (so a node restarted
+//! every day still scrubs once a week), and the admin routes behind
+//! `nodectl scrub status|start|pause`.
+
+use crate::admin::{App, Failure};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use cairn_objects::{ObjectStore, ScrubPass, ScrubStatus};
+use std::path::Path;
+use std::sync::Arc;
+
+const LAST_PASS_FILE: &str = "scrub.json";
+
+/// Restores the last completed pass from `data` and keeps it up to date there.
+/// Call before the store's background tasks start.
+pub(crate) fn keep_last_pass(store: &Arc<ObjectStore>, data: &Path) {
+    let path = data.join(LAST_PASS_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => match serde_json::from_slice::<ScrubPass>(&b) {
+            Ok(p) => store.scrubber().restore(p),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "last scrub pass unreadable, ignored: {e}")
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "last scrub pass unreadable, ignored: {e}")
+        }
+    }
+    let mut finished = store.scrubber().watch_finished();
+    let store = Arc::downgrade(store);
+    tokio::spawn(async move {
+        while finished.changed().await.is_ok() {
+            let Some(store) = store.upgrade() else { return };
+            let Some(last) = store.scrubber().status().last else {
+                continue;
+            };
+            let body = serde_json::to_vec_pretty(&last).unwrap_or_default();
+            if let Err(e) = crate::write_atomic(&path, &body) {
+                tracing::warn!("cannot record the scrub pass: {e}");
+            }
+        }
+    });
+}
+
+/// `GET /v1/scrub`.
+pub(crate) async fn status(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<ScrubStatus>, Failure> {
+    app.check(&headers)?;
+    Ok(Json(app.store()?.scrubber().status()))
+}
+
+/// `POST /v1/scrub/start`: a pass now, or the paused one resumed.
+pub(crate) async fn start(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<ScrubStatus>, Failure> {
+    app.check(&headers)?;
+    let store = app.store()?;
+    store.scrubber().start();
+    Ok(Json(store.scrubber().status()))
+}
+
+/// `POST /v1/scrub/pause`.
+pub(crate) async fn pause(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<ScrubStatus>, Failure> {
+    app.check(&headers)?;
+    let store = app.store()?;
+    store.scrubber().pause();
+    Ok(Json(store.scrubber().status()))
+}
