@@ -140,13 +140,13 @@ CB_ARGS=(--duration "$DUR" --qd "$QD" --seq-cap-mib "$SEQ_CAP" --rand-cap "$RAND
 log "A: datapathd on the same file"
 dd if=/dev/zero of="$FILE" bs=1M count=1 conv=notrunc,fsync status=none
 rm -f "$WORK/dp.ready"
-"$BIN/datapathd" --listen 127.0.0.1:0 --ready-file "$WORK/dp.ready" --backend uring \
+"$BIN/datapathd" --listen 127.0.0.1:0 --local-key "$WORK/chunk.key" --ready-file "$WORK/dp.ready" --backend uring \
   --drive "$FILE" > "$OUT/logs/datapathd.log" 2>&1 &
 DP=$!; PIDS+=("$DP")
 for _ in $(seq 600); do [ -s "$WORK/dp.ready" ] && break; kill -0 "$DP" || break; sleep 0.1; done
 [ -s "$WORK/dp.ready" ] || { echo "datapathd did not start; see $OUT/logs/datapathd.log" >&2; exit 1; }
 DPADDR=$(head -1 "$WORK/dp.ready")
-"$BIN/chunkbench" service --addr "$DPADDR" --drive 0 --conns 4 "${CB_ARGS[@]}" \
+"$BIN/chunkbench" service --addr "$DPADDR" --key "$WORK/chunk.key" --drive 0 --conns 4 "${CB_ARGS[@]}" \
   2> "$OUT/logs/chunkbench-service.err" | tee -a "$RAW" >&2
 stop "$DP"
 

@@ -147,7 +147,7 @@ if [ "$mode" = test ]; then
     # datapathd --backend nvme over VFIO opens the chunk store the self-test left
     # on the first drive (formatted with cluster id 0202..., drive index 0).
     ip link set lo up
-    /bin/datapathd --backend nvme --drive $1 --listen 127.0.0.1:0 --ready-file /tmp/ready \
+    /bin/datapathd --backend nvme --drive $1 --listen 127.0.0.1:0 --local-key /tmp/chunk.key --ready-file /tmp/ready \
         --cluster-id 02020202-0202-0202-0202-020202020202 > /tmp/dp.log 2>&1 &
     dp=$!
     i=0; while [ ! -s /tmp/ready ] && [ $i -lt 300 ] && kill -0 $dp 2>/dev/null; do sleep 0.1; i=$((i+1)); done

@@ -74,6 +74,9 @@ enum Mode {
         /// Chunk service address.
         #[arg(long)]
         addr: String,
+        /// The service's node-local key file (datapathd's `--local-key`).
+        #[arg(long)]
+        key: std::path::PathBuf,
         /// Drive index to address.
         #[arg(long, default_value_t = 0)]
         drive: u16,
@@ -160,6 +163,7 @@ fn main() -> Result<()> {
     match &cli.mode {
         Mode::Service {
             addr,
+            key,
             drive,
             conns,
             threads,
@@ -168,7 +172,8 @@ fn main() -> Result<()> {
                 .worker_threads((*threads).max(1))
                 .enable_all()
                 .build()?;
-            rt.block_on(service(&cli, &wl, addr.clone(), *drive, *conns))
+            let key = cairn_chunkproto::auth::LocalKey::load(key)?;
+            rt.block_on(service(&cli, &wl, addr.clone(), key, *drive, *conns))
         }
         Mode::Local {
             path,
@@ -201,8 +206,15 @@ struct Shared {
     rand_cap: u64,
 }
 
-async fn service(cli: &Cli, wl: &[String], addr: String, drive: u16, conns: usize) -> Result<()> {
-    let client = ChunkClient::new(addr.clone(), conns, Duration::from_secs(60));
+async fn service(
+    cli: &Cli,
+    wl: &[String],
+    addr: String,
+    key: cairn_chunkproto::auth::LocalKey,
+    drive: u16,
+    conns: usize,
+) -> Result<()> {
+    let client = ChunkClient::local(addr.clone(), conns, Duration::from_secs(60), key);
     // Fail fast when the drive is not there.
     match client.call(vec![Request::DriveInfo { drive }]).await?.pop() {
         Some(Ok(Reply::DriveInfo(r))) => eprintln!("chunkbench: {addr} drive {drive}: {r:?}"),

@@ -5,7 +5,9 @@
 //! responses by request id. A broken connection fails its outstanding calls and is
 //! re-dialled on the next call, so a restarted datapathd is picked up without help.
 //! A client for a peer node speaks mutual TLS ([`ChunkClient::with_tls`]); the
-//! node's own mgmtd talks to its datapathd over plain TCP on loopback.
+//! node's own mgmtd talks to its datapathd over loopback TCP after proving the
+//! node-local key ([`ChunkClient::local`], see [`crate::auth`]). There is no
+//! unauthenticated client.
 
 use crate::codec::{decode_frame, encode_request_batch};
 use crate::{ProtoError, Request, Response};
@@ -36,6 +38,7 @@ struct Conn {
 pub struct ChunkClient {
     addr: String,
     tls: Option<Arc<rustls::ClientConfig>>,
+    key: Option<crate::auth::LocalKey>,
     timeout: Duration,
     slots: Arc<Vec<tokio::sync::Mutex<Option<Conn>>>>,
     next_slot: Arc<AtomicUsize>,
@@ -51,15 +54,29 @@ impl std::fmt::Debug for ChunkClient {
 }
 
 impl ChunkClient {
-    /// A client for the service at `addr` with `connections` TCP connections, each
-    /// opened lazily. Calls fail after `timeout` without an answer.
-    pub fn new(addr: impl Into<String>, connections: usize, timeout: Duration) -> Self {
+    /// A client of this node's own chunk service at `addr`, proving `key` on each
+    /// of its `connections` TCP connections (opened lazily). Calls fail after
+    /// `timeout` without an answer.
+    pub fn local(
+        addr: impl Into<String>,
+        connections: usize,
+        timeout: Duration,
+        key: crate::auth::LocalKey,
+    ) -> Self {
+        ChunkClient {
+            key: Some(key),
+            ..ChunkClient::unconnected(addr, connections, timeout)
+        }
+    }
+
+    fn unconnected(addr: impl Into<String>, connections: usize, timeout: Duration) -> Self {
         let slots = (0..connections.max(1))
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         ChunkClient {
             addr: addr.into(),
             tls: None,
+            key: None,
             timeout,
             slots: Arc::new(slots),
             next_slot: Arc::new(AtomicUsize::new(0)),
@@ -77,7 +94,7 @@ impl ChunkClient {
     ) -> Self {
         ChunkClient {
             tls: Some(tls),
-            ..ChunkClient::new(addr, connections, timeout)
+            ..ChunkClient::unconnected(addr, connections, timeout)
         }
     }
 
@@ -137,7 +154,14 @@ impl ChunkClient {
             .map_err(|_| timed_out())??;
         stream.set_nodelay(true)?;
         let conn = match &self.tls {
-            None => spawn_conn(stream),
+            None => {
+                let mut stream = stream;
+                let Some(key) = &self.key else {
+                    return Err(ProtoError::Auth("no chunk key".into()));
+                };
+                crate::auth::client_handshake(&mut stream, key).await?;
+                spawn_conn(stream)
+            }
             Some(cfg) => {
                 let name = crate::tls::server_name(&self.addr)
                     .map_err(|e| ProtoError::Io(std::io::Error::other(e.to_string())))?;

@@ -22,6 +22,7 @@
 //! A batch amortises one round trip and one reactor wake-up over many chunks (all the
 //! fragments of a stripe, say); responses come back in request order.
 
+pub mod auth;
 mod client;
 mod codec;
 pub mod tls;
@@ -56,6 +57,9 @@ pub enum ProtoError {
     /// The connection closed while a call was outstanding.
     #[error("connection to chunk service closed")]
     Closed,
+    /// The node-local credential was missing, wrong or unreadable.
+    #[error("chunk service authentication: {0}")]
+    Auth(String),
 }
 
 /// A chunk's identity: 128 bits chosen by the caller (mgmtd derives it from the

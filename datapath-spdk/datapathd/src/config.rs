@@ -164,6 +164,21 @@ pub struct Config {
     /// certificate is there, peer connections are refused.
     #[arg(long)]
     pub tls_dir: Option<PathBuf>,
+    /// The node-local chunk key (32 bytes, mode 0600), created if missing: every
+    /// client of `--listen` must prove it holds it before it is served (see
+    /// cairn-chunkproto's `auth`). Give mgmtd the same file (`--datapath-key`).
+    #[arg(long, env = "CAIRN_CHUNK_KEY")]
+    pub local_key: PathBuf,
+    /// Connections served at once, on both listeners; more are closed at accept.
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Seconds a connection may sit with nothing in flight and nothing sent
+    /// before it is closed.
+    #[arg(long, default_value_t = 300)]
+    pub idle_timeout: u64,
+    /// Seconds a client may take to finish sending a frame it has begun.
+    #[arg(long, default_value_t = 30)]
+    pub frame_timeout: u64,
 }
 
 impl Config {

@@ -6,21 +6,35 @@
 //! pipelined (responses may overtake each other; the client matches request ids).
 //! A frame that does not decode closes that connection only.
 //!
-//! Two listeners: `--listen` for the node's own mgmtd (plain TCP, meant for
-//! loopback) and, in a cluster, `--peer-listen` for other nodes, where every
-//! connection must complete a TLS handshake with a certificate from the cluster CA
-//! before a byte of the chunk protocol is read.
+//! Two listeners: `--listen` for the node's own mgmtd (TCP meant for loopback,
+//! where every connection must first prove the node-local key, see
+//! `cairn_chunkproto::auth`) and, in a cluster, `--peer-listen` for other nodes,
+//! where every connection must complete a TLS handshake with a certificate from the
+//! cluster CA. Either way, not a byte of the chunk protocol is read before.
+//!
+//! Limits, so that a client (even an authenticated, buggy one) cannot hold the
+//! service: at most `--max-connections` connections; a connection with nothing in
+//! flight that sends nothing for `--idle-timeout` is closed, and so is one that
+//! takes longer than `--frame-timeout` to finish a frame it began, or to take a
+//! reply; at most 64 batches in flight per connection; a frame is at most
+//! `MAX_FRAME` bytes. A batch of gets is read in waves of 16 and stops reading
+//! once its reply would pass `MAX_FRAME`: the gets that do not fit are answered
+//! with a `BadRequest` failure saying so (never silence), so one small request can
+//! make the service hold at most one frame plus one wave of chunks.
 
 use crate::reactor::Router;
 use crate::{Config, Result};
 use bytes::{Bytes, BytesMut};
+use cairn_chunkproto::auth::{self, LocalKey};
 use cairn_chunkproto::tls::NodeTls;
 use cairn_chunkproto::{
-    decode_frame, encode_response_batch, DriveIndex, Failure, FailureCode, Request, Response,
+    decode_frame, encode_response_batch, DriveIndex, Failure, FailureCode, Reply, Request,
+    Response, MAX_FRAME,
 };
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -34,6 +48,17 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the TLS directory is re-read.
 const TLS_RELOAD: Duration = Duration::from_secs(2);
+/// Operations of a get batch executed at once (a whole stripe's fragments).
+const WAVE: usize = 16;
+/// What a reply may hold: a frame, less room for per-operation headers.
+const REPLY_BUDGET: usize = MAX_FRAME - (256 << 10);
+
+/// Per-connection timeouts.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    idle: Duration,
+    frame: Duration,
+}
 
 /// The peer listener's TLS acceptor, once the node has a certificate, and the
 /// certificates of the cluster's current members (`None`: any of the CA's).
@@ -109,6 +134,7 @@ async fn accept_peer(
     acceptor: Acceptor,
     router: Router,
     stop: watch::Receiver<bool>,
+    limits: Limits,
 ) {
     let peer = stream.peer_addr().ok();
     let Some(peer_tls) = acceptor.borrow().clone() else {
@@ -143,7 +169,7 @@ async fn accept_peer(
             // A node removed from the cluster loses the connections it holds too.
             let mut members = acceptor.clone();
             tokio::select! {
-                _ = connection(tls, router, stop) => {}
+                _ = connection(tls, router, stop, limits) => {}
                 _ = members.wait_for(|t| !member(t)) => {
                     tracing::warn!(?peer, "peer dropped: its certificate is no longer a member's");
                 }
@@ -155,6 +181,14 @@ async fn accept_peer(
 }
 
 pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
+    let key = LocalKey::load_or_create(&cfg.local_key).map_err(|e| {
+        crate::DatapathError::Config(format!("chunk key {}: {e}", cfg.local_key.display()))
+    })?;
+    let limits = Limits {
+        idle: Duration::from_secs(cfg.idle_timeout.max(1)),
+        frame: Duration::from_secs(cfg.frame_timeout.max(1)),
+    };
+    let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     if let Some(p) = &cfg.ready_file {
@@ -163,7 +197,7 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         std::fs::write(&tmp, format!("{addr}\n"))?;
         std::fs::rename(&tmp, p)?;
     }
-    tracing::info!(%addr, drives = router.drives(), "chunk service listening");
+    tracing::info!(%addr, drives = router.drives(), "chunk service listening (node-local key)");
     let (peer_listener, acceptor) = match &cfg.peer_listen {
         Some(p) => {
             let l = TcpListener::bind(p).await?;
@@ -173,6 +207,13 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         }
         None => (None, watch::channel(None).1),
     };
+    let slot = |peer: std::net::SocketAddr| {
+        let s = slots.clone().try_acquire_owned().ok();
+        if s.is_none() {
+            tracing::warn!(%peer, max = cfg.max_connections, "connection refused: too many open");
+        }
+        s
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -181,13 +222,20 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
             acc = listener.accept() => match acc {
-                Ok((stream, peer)) => {
+                Ok((mut stream, peer)) => {
+                    let Some(slot) = slot(peer) else { continue };
                     let _ = stream.set_nodelay(true);
                     let router = router.clone();
                     let stop = stop_rx.clone();
+                    let key = key.clone();
                     conns.spawn(async move {
+                        let _slot = slot;
+                        if let Err(e) = auth::server_handshake(&mut stream, &key).await {
+                            tracing::warn!(%peer, "local connection refused: {e}");
+                            return;
+                        }
                         tracing::debug!(%peer, "connection open");
-                        connection(stream, router, stop).await;
+                        connection(stream, router, stop, limits).await;
                         tracing::debug!(%peer, "connection closed");
                     });
                 }
@@ -197,9 +245,14 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
                 }
             },
             acc = accept_on(peer_listener.as_ref()) => match acc {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
+                    let Some(slot) = slot(peer) else { continue };
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(accept_peer(stream, acceptor.clone(), router.clone(), stop_rx.clone()));
+                    let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop_rx.clone());
+                    conns.spawn(async move {
+                        let _slot = slot;
+                        accept_peer(stream, acceptor, router, stop, limits).await
+                    });
                 }
                 Err(e) => {
                     tracing::warn!("accept (peers): {e}");
@@ -222,7 +275,7 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
     Ok(())
 }
 
-async fn connection<S>(stream: S, router: Router, mut stop: watch::Receiver<bool>)
+async fn connection<S>(stream: S, router: Router, mut stop: watch::Receiver<bool>, limits: Limits)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -231,9 +284,17 @@ where
     let writer = tokio::spawn(async move {
         while let Some(parts) = out_rx.recv().await {
             for p in parts {
-                if let Err(e) = wr.write_all(&p).await {
-                    tracing::debug!("write to client failed: {e}");
-                    return;
+                // A client that does not take its replies is dropped, not waited on.
+                match tokio::time::timeout(limits.frame, wr.write_all(&p)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!("write to client failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!("client does not read its replies: connection closed");
+                        return;
+                    }
                 }
             }
         }
@@ -242,6 +303,9 @@ where
     let permits = Arc::new(Semaphore::new(MAX_INFLIGHT));
     let mut tasks = JoinSet::new();
     let mut buf = BytesMut::with_capacity(1 << 20);
+    let mut last_read = Instant::now();
+    // When the frame now in `buf` began to arrive.
+    let mut frame_began: Option<Instant> = None;
     'conn: loop {
         loop {
             match decode_frame(&mut buf) {
@@ -260,7 +324,7 @@ where
                     let out = out_tx.clone();
                     let id = frame.request_id;
                     tasks.spawn(async move {
-                        let res = execute(&router, ops).await;
+                        let res = execute_bounded(&router, ops).await;
                         match encode_response_batch(id, &res) {
                             Ok(parts) => {
                                 let _ = out.send(parts).await;
@@ -279,17 +343,41 @@ where
                 }
             }
         }
+        frame_began = if buf.is_empty() {
+            None
+        } else {
+            frame_began.or(Some(Instant::now()))
+        };
         // Reap finished batch tasks so the set does not grow without bound.
         while tasks.try_join_next().is_some() {}
         if buf.capacity() - buf.len() < 64 << 10 {
             buf.reserve(1 << 20);
         }
+        // Only a client we are not working for can be idle; a frame it began
+        // must be finished in time whatever else is going on.
+        let deadline = match frame_began {
+            Some(t) => Some((t + limits.frame, "a frame took too long to arrive")),
+            None if tasks.is_empty() => Some((last_read + limits.idle, "idle")),
+            None => None,
+        };
+        let expired = async {
+            match deadline {
+                Some((at, _)) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             r = rd.read_buf(&mut buf) => match r {
                 Ok(0) => break,
-                Ok(_) => {}
+                Ok(_) => last_read = Instant::now(),
                 Err(e) => { tracing::debug!("read from client failed: {e}"); break; }
             },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = expired => {
+                let why = deadline.map(|d| d.1).unwrap_or_default();
+                tracing::info!("closing a chunk connection: {why}");
+                break;
+            }
             _ = stop.changed() => break,
         }
     }
@@ -297,6 +385,81 @@ where
     while tasks.join_next().await.is_some() {}
     drop(out_tx);
     let _ = writer.await;
+}
+
+/// Runs one batch so that its reply fits in a frame: batches of gets are read in
+/// waves, and the gets past what a reply can carry are refused, not read.
+async fn execute_bounded(router: &Router, ops: Vec<Request>) -> Vec<Response> {
+    if !ops.iter().any(|o| matches!(o, Request::Get { .. })) {
+        return execute(router, ops).await;
+    }
+    let n = ops.len();
+    let mut out: Vec<Response> = Vec::with_capacity(n);
+    let mut bytes = 0usize;
+    let mut rest = ops.into_iter().peekable();
+    while rest.peek().is_some() {
+        let wave: Vec<Request> = if bytes >= REPLY_BUDGET {
+            // Full: the remaining gets are refused, everything else still runs.
+            let left: Vec<Request> = rest.by_ref().collect();
+            let (idx, others): (Vec<usize>, Vec<Request>) = left
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| !matches!(o, Request::Get { .. }))
+                .map(|(i, o)| (i, o.clone()))
+                .unzip();
+            let mut done = execute(router, others).await.into_iter();
+            let mut j = idx.iter().peekable();
+            for i in 0..left.len() {
+                if j.peek() == Some(&&i) {
+                    j.next();
+                    out.push(done.next().unwrap_or_else(|| Err(no_answer())));
+                } else {
+                    out.push(Err(too_large()));
+                }
+            }
+            break;
+        } else {
+            rest.by_ref().take(WAVE).collect()
+        };
+        for r in execute(router, wave).await {
+            bytes += reply_len(&r);
+            out.push(r);
+        }
+    }
+    // The wave that crossed the budget may have overshot: drop gets from the
+    // end of the reply until it fits.
+    let mut total: usize = out.iter().map(reply_len).sum();
+    for r in out.iter_mut().rev() {
+        if total <= REPLY_BUDGET {
+            break;
+        }
+        if matches!(r, Ok(Reply::Get { .. })) {
+            total -= reply_len(r);
+            *r = Err(too_large());
+            total += reply_len(r);
+        }
+    }
+    out
+}
+
+/// About what one result takes in a reply frame.
+fn reply_len(r: &Response) -> usize {
+    64 + match r {
+        Ok(Reply::Get { payload }) => payload.len(),
+        Err(f) => f.message.len(),
+        _ => 0,
+    }
+}
+
+fn too_large() -> Failure {
+    Failure::new(
+        FailureCode::BadRequest,
+        format!("reply would exceed {MAX_FRAME} bytes: ask for fewer chunks per batch"),
+    )
+}
+
+fn no_answer() -> Failure {
+    Failure::new(FailureCode::Io, "no answer")
 }
 
 /// Runs one batch: split by drive, one message per drive, answers back in order.
@@ -344,6 +507,6 @@ async fn execute(router: &Router, ops: Vec<Request>) -> Vec<Response> {
     }
     results
         .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(Failure::new(FailureCode::Io, "no answer"))))
+        .map(|r| r.unwrap_or_else(|| Err(no_answer())))
         .collect()
 }

@@ -4,92 +4,12 @@
 use bytes::Bytes;
 use cairn_chunkproto::{ChunkClient, ChunkId, DriveState, FailureCode, Reply, Request, Response};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct Daemon {
-    child: Child,
-    addr: String,
-}
-
-impl Daemon {
-    fn start(dir: &Path, drives: &[String], extra: &[&str]) -> Daemon {
-        let ready = dir.join("ready");
-        let _ = std::fs::remove_file(&ready);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_datapathd"));
-        cmd.args([
-            "--listen",
-            "127.0.0.1:0",
-            "--segment-size",
-            "1M",
-            "--ready-file",
-        ])
-        .arg(&ready);
-        for d in drives {
-            cmd.args(["--drive", d]);
-        }
-        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
-        let mut child = cmd.spawn().expect("spawn datapathd");
-        let t = Instant::now();
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&ready) {
-                if s.ends_with('\n') {
-                    return Daemon {
-                        child,
-                        addr: s.trim().to_string(),
-                    };
-                }
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("datapathd exited early: {st}");
-            }
-            assert!(t.elapsed() < Duration::from_secs(20), "datapathd not ready");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn client(&self) -> ChunkClient {
-        ChunkClient::new(self.addr.clone(), 2, Duration::from_secs(10))
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait; returns whether it exited 0 in time.
-    fn terminate(mut self) -> bool {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return st.success();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        false
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn drives(dir: &Path, n: usize, size: &str) -> (Vec<PathBuf>, Vec<String>) {
-    let paths: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("d{i}"))).collect();
-    let specs = paths
-        .iter()
-        .map(|p| format!("{}:{size}", p.display()))
-        .collect();
-    (paths, specs)
-}
+mod common;
+use common::{drives, Daemon};
 
 fn payload(id: u128, len: usize) -> Bytes {
     let mut x = (id as u64) ^ 0x9E37_79B9_7F4A_7C15;
@@ -555,6 +475,8 @@ fn nvme_backend_names_a_missing_controller() {
         .args([
             "--listen",
             "127.0.0.1:0",
+            "--local-key",
+            "/tmp/cairn-test-unused.key",
             "--backend",
             "nvme",
             "--drive",

@@ -125,6 +125,8 @@ async fn peers_need_a_current_members_certificate() {
             "--peer-listen",
         ])
         .arg(&peer_addr)
+        .arg("--local-key")
+        .arg(dir.path().join("chunk.key"))
         .arg("--tls-dir")
         .arg(&tls_dir)
         .arg("--drive")
@@ -147,8 +149,10 @@ async fn peers_need_a_current_members_certificate() {
     // Another CA's certificate: refused in the handshake.
     let other = Ca::new();
     assert!(!works(&client(&ca.pem, &other.node(), &peer_addr), 3).await);
-    // Plain TCP speaking the chunk protocol: refused.
-    let plain = ChunkClient::new(peer_addr.clone(), 1, Duration::from_secs(5));
+    // Plain TCP speaking the chunk protocol, even with the node's own local key:
+    // refused (the peer port takes mutual TLS only).
+    let key = cairn_chunkproto::auth::LocalKey::load(&dir.path().join("chunk.key")).unwrap();
+    let plain = ChunkClient::local(peer_addr.clone(), 1, Duration::from_secs(5), key);
     assert!(!works(&plain, 4).await);
 
     // Membership changes: b listed, a removed. a's open connection is dropped and

@@ -121,6 +121,11 @@ impl Node {
         self.dir.path().join(format!("drive-{i}.img"))
     }
 
+    /// The node-local chunk key mgmtd and datapathd share.
+    pub fn chunk_key(&self) -> PathBuf {
+        self.dir.path().join("chunk.key")
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("state")
     }
@@ -153,6 +158,8 @@ impl Node {
         let mut args = vec![
             "--listen".to_string(),
             self.datapath_addr.clone(),
+            "--local-key".to_string(),
+            self.chunk_key().display().to_string(),
             "--ready-file".to_string(),
             ready.display().to_string(),
             "--segment-size".to_string(),
@@ -184,6 +191,8 @@ impl Node {
             self.admin_addr.clone(),
             "--datapath".to_string(),
             self.datapath_addr.clone(),
+            "--datapath-key".to_string(),
+            self.chunk_key().display().to_string(),
             "--drives".to_string(),
             self.opts.drives.to_string(),
             "--ready-file".to_string(),

@@ -9,6 +9,7 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
+use cairn_chunkproto::auth::LocalKey;
 use cairn_chunkproto::{ChunkClient, Reply, Request};
 use cairn_it::raw::{read_all, send_raw, signed_request, Payload};
 use cairn_it::{md5_hex, random_bytes, Node, NodeOptions};
@@ -612,9 +613,13 @@ async fn stalled_requests_do_not_block_others() {
     assert_serving(&c, "bad", &[("small", &small), ("big", &big)]).await;
 }
 
-/// A chunk-port connection that gets `bytes` must be closed by the server.
-async fn chunk_port_closes(addr: &str, bytes: &[u8], half_close: bool) {
+/// A chunk-port connection that proves the node's key and then sends `bytes` must
+/// be closed by the server (without the key, it is closed at the handshake).
+async fn chunk_port_closes(addr: &str, key: &LocalKey, bytes: &[u8], half_close: bool) {
     let mut s = TcpStream::connect(addr).await.expect("connect chunk port");
+    cairn_chunkproto::auth::client_handshake(&mut s, key)
+        .await
+        .expect("handshake with the node's key");
     let _ = s.write_all(bytes).await;
     if half_close {
         let _ = s.shutdown().await;
@@ -631,8 +636,8 @@ async fn chunk_port_closes(addr: &str, bytes: &[u8], half_close: bool) {
     assert!(closed.is_ok(), "chunk service kept a bad connection open");
 }
 
-async fn chunk_service_works(addr: &str) {
-    let client = ChunkClient::new(addr.to_string(), 1, Duration::from_secs(10));
+async fn chunk_service_works(addr: &str, key: &LocalKey) {
+    let client = ChunkClient::local(addr.to_string(), 1, Duration::from_secs(10), key.clone());
     let res = client
         .call(vec![
             Request::DriveInfo { drive: 0 },
@@ -651,7 +656,8 @@ async fn chunk_port_bad_frames() {
     let node = Node::start(NodeOptions::default());
     let (c, small, big) = setup(&node).await;
     let addr = node.datapath_addr.clone();
-    chunk_service_works(&addr).await;
+    let key = LocalKey::load(&node.chunk_key()).unwrap();
+    chunk_service_works(&addr, &key).await;
 
     let header = |len: u32, version: u8, kind: u8, count: u16| {
         let mut f = len.to_le_bytes().to_vec();
@@ -665,31 +671,86 @@ async fn chunk_port_bad_frames() {
     let v = cairn_chunkproto::PROTOCOL_VERSION;
 
     // Oversized frame: announces one byte over the limit (and the maximum u32).
-    chunk_port_closes(&addr, &header(max + 1, v, 1, 1), false).await;
-    chunk_port_closes(&addr, &u32::MAX.to_le_bytes(), false).await;
+    chunk_port_closes(&addr, &key, &header(max + 1, v, 1, 1), false).await;
+    chunk_port_closes(&addr, &key, &u32::MAX.to_le_bytes(), false).await;
     // Shorter than its own header.
-    chunk_port_closes(&addr, &[3, 0, 0, 0, v, 1, 0], false).await;
+    chunk_port_closes(&addr, &key, &[3, 0, 0, 0, v, 1, 0], false).await;
     // Wrong version, unknown kind, a response sent to the server, too many ops.
-    chunk_port_closes(&addr, &header(12, v + 1, 1, 0), false).await;
-    chunk_port_closes(&addr, &header(12, v, 9, 0), false).await;
-    chunk_port_closes(&addr, &header(12, v, 2, 0), false).await;
-    chunk_port_closes(&addr, &header(12, v, 1, u16::MAX), false).await;
+    chunk_port_closes(&addr, &key, &header(12, v + 1, 1, 0), false).await;
+    chunk_port_closes(&addr, &key, &header(12, v, 9, 0), false).await;
+    chunk_port_closes(&addr, &key, &header(12, v, 2, 0), false).await;
+    chunk_port_closes(&addr, &key, &header(12, v, 1, u16::MAX), false).await;
     // A count of operations the frame has no bytes for.
-    chunk_port_closes(&addr, &header(12, v, 1, 5), false).await;
+    chunk_port_closes(&addr, &key, &header(12, v, 1, 5), false).await;
     // An operation of unknown type.
     let mut f = header(12 + 8, v, 1, 1);
     f.extend_from_slice(&[0xee; 8]);
-    chunk_port_closes(&addr, &f, false).await;
+    chunk_port_closes(&addr, &key, &f, false).await;
     // Truncated: a frame of 1000 bytes of which 20 arrive before the end.
     let mut f = header(1000, v, 1, 1);
     f.extend_from_slice(&[0; 8]);
-    chunk_port_closes(&addr, &f, true).await;
+    chunk_port_closes(&addr, &key, &f, true).await;
     // Random bytes, several sizes.
     for (i, n) in [1usize, 64, 4096, 100_000].into_iter().enumerate() {
-        chunk_port_closes(&addr, &random_bytes(n, 100 + i as u64), true).await;
+        chunk_port_closes(&addr, &key, &random_bytes(n, 100 + i as u64), true).await;
     }
 
-    chunk_service_works(&addr).await;
+    chunk_service_works(&addr, &key).await;
     // mgmtd's own pooled connections to the datapath are unaffected.
+    assert_serving(&c, "bad", &[("small", &small), ("big", &big)]).await;
+}
+
+/// Without the node's key, the chunk port serves nothing: a client with another
+/// key, or one that skips the handshake and sends a well-formed batch, can
+/// neither read nor overwrite a chunk, and the objects stay as written.
+#[tokio::test]
+async fn chunk_port_refuses_clients_without_the_node_key() {
+    let node = Node::start(NodeOptions::default());
+    let (c, small, big) = setup(&node).await;
+    let addr = node.datapath_addr.clone();
+    let id = cairn_chunkproto::ChunkId::from_u128(1 << 40);
+
+    let stranger = LocalKey::from_bytes(&[0x42; 32]);
+    let wrong = ChunkClient::local(addr.clone(), 1, Duration::from_secs(5), stranger);
+    let put = |payload: &'static [u8]| Request::Put {
+        drive: 0,
+        id,
+        tenant: 1,
+        key_id: 0,
+        payload: bytes::Bytes::from_static(payload),
+    };
+    let r = wrong.call(vec![put(b"forged")]).await;
+    assert!(
+        matches!(r, Err(cairn_chunkproto::ProtoError::Auth(_))),
+        "{r:?}"
+    );
+    let r = wrong.call(vec![Request::DriveInfo { drive: 0 }]).await;
+    assert!(r.is_err(), "{r:?}");
+
+    // A raw, well-formed request batch with no handshake: closed, not served.
+    let frame: Vec<u8> = cairn_chunkproto::encode_request_batch(9, &[put(b"forged")])
+        .unwrap()
+        .concat();
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let _ = s.write_all(&frame).await;
+    let mut buf = [0u8; 64];
+    let answered = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await;
+    assert!(
+        matches!(answered, Ok(Ok(0)) | Ok(Err(_))),
+        "no reply, the connection closed: {answered:?}"
+    );
+
+    // Nothing was written: the chunk is absent to the node's own key.
+    let key = LocalKey::load(&node.chunk_key()).unwrap();
+    let own = ChunkClient::local(addr, 1, Duration::from_secs(5), key);
+    let r = own
+        .call(vec![Request::Get {
+            drive: 0,
+            id,
+            tenant: 1,
+        }])
+        .await
+        .unwrap();
+    assert!(r[0].is_err(), "{:?}", r[0]);
     assert_serving(&c, "bad", &[("small", &small), ("big", &big)]).await;
 }

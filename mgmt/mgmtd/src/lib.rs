@@ -63,6 +63,8 @@ pub struct Config {
     pub admin: SocketAddr,
     /// The node's datapathd chunk service.
     pub datapath: String,
+    /// The node-local chunk key file shared with datapathd (created if missing).
+    pub datapath_key: PathBuf,
     pub store: StoreConfig,
     /// Written once both listeners are up: `{"s3": ADDR, "admin": ADDR}`.
     pub ready_file: Option<PathBuf>,
@@ -75,7 +77,9 @@ pub struct Config {
 pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     std::fs::create_dir_all(&cfg.data).map_err(io_err(format!("create {}", cfg.data.display())))?;
     let meta = MetaStore::open(&cfg.data.join("meta.redb"))?;
-    let local = ChunkClient::new(cfg.datapath.clone(), 4, Duration::from_secs(30));
+    let key = cairn_chunkproto::auth::LocalKey::load_or_create(&cfg.datapath_key)
+        .map_err(|e| MgmtError::Config(format!("chunk key {}: {e}", cfg.datapath_key.display())))?;
+    let local = ChunkClient::local(cfg.datapath.clone(), 4, Duration::from_secs(30), key);
     if let Some(opts) = cfg.cluster.clone() {
         return run_cluster(cfg, opts, root, meta, local).await;
     }

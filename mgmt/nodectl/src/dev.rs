@@ -272,9 +272,13 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         args.admin
     };
 
+    // mgmtd and datapathd prove this key to each other on every connection.
+    let chunk_key = state_dir.join("chunk.key").display().to_string();
     let mut dp_args = vec![
         "--listen".to_string(),
         datapath_addr.to_string(),
+        "--local-key".to_string(),
+        chunk_key.clone(),
         "--ready-file".to_string(),
         run_dir.join("datapathd.ready").display().to_string(),
         "--reactors".to_string(),
@@ -307,6 +311,8 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         admin_addr.to_string(),
         "--datapath".to_string(),
         datapath_addr.to_string(),
+        "--datapath-key".to_string(),
+        chunk_key,
         "--drives".to_string(),
         args.drives.to_string(),
         "--ready-file".to_string(),

@@ -298,9 +298,12 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             Some(_) => Ipv4Addr::LOCALHOST,
             None => ip,
         };
+        let chunk_key = dir.join("state/chunk.key").display().to_string();
         let mut dp_args = vec![
             "--listen".to_string(),
             format!("{local}:7409"),
+            "--local-key".to_string(),
+            chunk_key.clone(),
             "--peer-listen".to_string(),
             format!("{ip}:7410"),
             "--tls-dir".to_string(),
@@ -329,6 +332,8 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             format!("{ip}:9002"),
             "--datapath".to_string(),
             format!("{local}:7409"),
+            "--datapath-key".to_string(),
+            chunk_key,
             "--chunk-advertise".to_string(),
             format!("{ip}:7410"),
             "--drives".to_string(),

@@ -13,6 +13,12 @@ use std::path::Path;
 pub const DATAPATHD_READY: &str = "datapathd.ready";
 pub const MGMTD_READY: &str = "mgmtd.ready";
 
+/// The node-local key mgmtd and datapathd prove to each other (created by
+/// whichever starts first, mode 0600, beside mgmtd's state).
+pub fn chunk_key(state: &Path) -> std::path::PathBuf {
+    state.join("mgmt/chunk.key")
+}
+
 /// datapathd's arguments (flags of `datapath-spdk/datapathd/src/config.rs`).
 pub fn datapathd_args(
     cfg: &NodeConfig,
@@ -27,6 +33,8 @@ pub fn datapathd_args(
     let mut a = vec![
         "--listen".to_string(),
         cfg.datapath.listen.to_string(),
+        "--local-key".into(),
+        chunk_key(state).display().to_string(),
         "--backend".into(),
         backend.into(),
         "--reactors".into(),
@@ -71,6 +79,8 @@ pub fn mgmtd_args(
         cfg.admin.listen.to_string(),
         "--datapath".into(),
         local_addr(cfg.datapath.listen).to_string(),
+        "--datapath-key".into(),
+        chunk_key(state).display().to_string(),
         "--drives".into(),
         drives.to_string(),
         "--ready-file".into(),

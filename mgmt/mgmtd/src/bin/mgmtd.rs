@@ -22,6 +22,10 @@ struct Args {
     /// The node's datapathd chunk service.
     #[arg(long)]
     datapath: String,
+    /// The node-local chunk key file, the one datapathd was given (`--local-key`);
+    /// created if missing.
+    #[arg(long, env = "CAIRN_CHUNK_KEY")]
+    datapath_key: PathBuf,
     /// Number of drives datapathd serves (indices 0..N).
     #[arg(long)]
     drives: u16,
@@ -107,6 +111,7 @@ async fn main() -> std::process::ExitCode {
         s3: args.s3,
         admin: args.admin,
         datapath: args.datapath.clone(),
+        datapath_key: args.datapath_key,
         store,
         ready_file: args.ready_file,
         cluster: args.internal.map(|internal| cairn_mgmtd::ClusterOpts {
