@@ -209,6 +209,8 @@ mod tests {
         assert_eq!(d.size, None);
         let c = Config::parse_from_args([
             "datapathd",
+            "--local-key",
+            "/k",
             "--drive",
             "/x:1G",
             "--drive",
@@ -225,11 +227,21 @@ mod tests {
         assert_eq!(c.cores, Some(CoreList(vec![0, 1])));
         assert!(c.format);
         assert_eq!(c.segment_size, 32 << 20);
-        let c = Config::parse_from_args(["datapathd", "--drive", "/x", "--no-format"]).unwrap();
+        let c = Config::parse_from_args([
+            "datapathd",
+            "--local-key",
+            "/k",
+            "--drive",
+            "/x",
+            "--no-format",
+        ])
+        .unwrap();
         assert!(!c.format);
         assert_eq!(c.backend, Backend::Uring, "uring is the default");
         let c = Config::parse_from_args([
             "datapathd",
+            "--local-key",
+            "/k",
             "--backend",
             "nvme",
             "--drive",

@@ -194,15 +194,9 @@ impl ObjectStore {
             if !mine(&bucket, &key) {
                 continue;
             }
-            let tenant = match tenants.get(&bucket) {
-                Some(t) => *t,
-                None => {
-                    let t = self.meta.bucket(&bucket)?.map(|b| b.tenant);
-                    tenants.insert(bucket.clone(), t);
-                    t
-                }
+            let Some(tenant) = self.tenant_of(&mut tenants, &bucket)? else {
+                continue;
             };
-            let Some(tenant) = tenant else { continue };
             if let Err(e) = self
                 .repair_object(tenant, &bucket, &key, &rec, gone, &mut pass)
                 .await
@@ -215,6 +209,20 @@ impl ObjectStore {
             .repaired_fragments
             .fetch_add(pass.rebuilt_fragments, Ordering::Relaxed);
         Ok(pass)
+    }
+
+    /// The tenant owning `bucket` (`None`: the bucket is gone), cached for a pass.
+    pub(crate) fn tenant_of(
+        &self,
+        cache: &mut HashMap<String, Option<u64>>,
+        bucket: &str,
+    ) -> Result<Option<u64>, ObjectError> {
+        if let Some(t) = cache.get(bucket) {
+            return Ok(*t);
+        }
+        let t = self.meta.bucket(bucket)?.map(|b| b.tenant);
+        cache.insert(bucket.to_string(), t);
+        Ok(t)
     }
 
     async fn repair_object(

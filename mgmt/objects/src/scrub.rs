@@ -333,15 +333,9 @@ impl ObjectStore {
             let mut checks = Vec::new();
             for (bucket, key, rec) in page {
                 pass.objects += 1;
-                let tenant = match tenants.get(&bucket) {
-                    Some(t) => *t,
-                    None => {
-                        let t = self.meta.bucket(&bucket)?.map(|b| b.tenant);
-                        tenants.insert(bucket.clone(), t);
-                        t
-                    }
+                let Some(tenant) = self.tenant_of(&mut tenants, &bucket)? else {
+                    continue;
                 };
-                let Some(tenant) = tenant else { continue };
                 if buckets.last() != Some(&bucket) {
                     buckets.push(bucket);
                 }
