@@ -18,6 +18,17 @@ pub enum Backend {
     Nvme,
 }
 
+impl Backend {
+    /// The name reports use (`DriveReport.backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Uring => "uring",
+            Backend::Ram => "ram",
+            Backend::Nvme => "nvme",
+        }
+    }
+}
+
 /// How reactors wait for work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PollMode {

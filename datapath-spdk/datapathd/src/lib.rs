@@ -50,7 +50,14 @@ pub enum DatapathError {
 pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
 
 /// Opens (formatting blank ones when allowed) every drive of the configuration.
-fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> {
+///
+/// A drive that is damaged or unreachable (its device does not open, its
+/// superblock is unreadable, recovery fails) is served as *failed*, saying why,
+/// and the daemon runs on with the others: one bad disk must not take a node's
+/// other drives offline. A drive that is set up wrongly (blank with `--no-format`,
+/// another cluster's, given out of order) still stops the start: that is an
+/// operator's mistake, and guessing could attribute data to the wrong drive.
+fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
     let mut out = Vec::new();
     // Brings each NVMe controller up once, however many of its namespaces are drives.
     let mut nvme = cairn_nvme::DriveOpener::new("/sys", cairn_nvme::DriverConfig::default());
@@ -61,14 +68,40 @@ fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> 
             path: path.clone(),
             source,
         };
-        let dev: Arc<dyn BlockDevice> = match cfg.backend {
-            Backend::Ram => Arc::new(RamDevice::new(d.size.unwrap_or(256 << 20))),
-            Backend::Uring => {
-                Arc::new(UringDevice::open(&d.path, d.size).map_err(|e| derr(Box::new(e)))?)
+        let failed = |why: String| {
+            tracing::error!(drive = index, %path, "drive failed at open: {why}");
+            reactor::DriveSlot::Failed {
+                name: format!("{}:{path}", cfg.backend.name()),
+                backend: cfg.backend.name(),
+                location: path.clone(),
+                why,
             }
-            Backend::Nvme => Arc::new(nvme.open(&d.nvme_spec()).map_err(|e| derr(Box::new(e)))?),
         };
-        let store = match ChunkStore::probe(dev.as_ref()).map_err(|e| derr(Box::new(e)))? {
+        let opened: std::result::Result<Arc<dyn BlockDevice>, String> = match cfg.backend {
+            Backend::Ram => Ok(Arc::new(RamDevice::new(d.size.unwrap_or(256 << 20)))),
+            Backend::Uring => UringDevice::open(&d.path, d.size)
+                .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
+                .map_err(|e| e.to_string()),
+            Backend::Nvme => nvme
+                .open(&d.nvme_spec())
+                .map(|d| Arc::new(d) as Arc<dyn BlockDevice>)
+                .map_err(|e| e.to_string()),
+        };
+        let dev = match opened {
+            Ok(dev) => dev,
+            Err(why) => {
+                out.push(failed(format!("device does not open: {why}")));
+                continue;
+            }
+        };
+        let probe = match ChunkStore::probe(dev.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                out.push(failed(format!("superblock unreadable: {e}")));
+                continue;
+            }
+        };
+        let store = match probe {
             Probe::Blank => {
                 if !cfg.format {
                     return Err(DatapathError::DriveSetup {
@@ -88,11 +121,12 @@ fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> 
                 ChunkStore::format(dev.as_ref(), &params).map_err(|e| derr(Box::new(e)))?
             }
             Probe::Foreign => {
-                return Err(DatapathError::DriveSetup {
-                    index,
-                    path,
-                    msg: "holds a foreign or damaged superblock; refusing to touch it".into(),
-                })
+                // Never formatted over: it may be a Cairn drive with a damaged
+                // superblock, whose chunks other drives' repair will rebuild.
+                out.push(failed(
+                    "holds a foreign or damaged superblock; not touched".into(),
+                ));
+                continue;
             }
             Probe::Cairn(sb) => {
                 if sb.cluster_id != *cfg.cluster_id.as_bytes() {
@@ -116,12 +150,18 @@ fn open_drives(cfg: &Config) -> Result<Vec<(Arc<dyn BlockDevice>, ChunkStore)>> 
                         ),
                     });
                 }
-                ChunkStore::open(dev.as_ref()).map_err(|e| derr(Box::new(e)))?
+                match ChunkStore::open(dev.as_ref()) {
+                    Ok(store) => store,
+                    Err(e) => {
+                        out.push(failed(format!("does not open: {e}")));
+                        continue;
+                    }
+                }
             }
         };
         let r = store.report();
         tracing::info!(drive = index, device = %dev.info().name, chunks = r.chunks, free_segments = r.free_segments, "drive open");
-        out.push((dev, store));
+        out.push(reactor::DriveSlot::Ready(dev, store));
     }
     Ok(out)
 }

@@ -96,26 +96,65 @@ impl Reactors {
     }
 }
 
+/// A drive as datapathd opened it: ready, or failed at open (damaged superblock,
+/// device gone) and served as failed so the other drives carry on.
+pub enum DriveSlot {
+    Ready(Arc<dyn BlockDevice>, ChunkStore),
+    Failed {
+        name: String,
+        backend: &'static str,
+        location: String,
+        why: String,
+    },
+}
+
+/// Where a drive failed at open is, for its reports.
+struct Unopened {
+    name: String,
+    backend: &'static str,
+    location: String,
+}
+
 struct Drive {
     index: DriveIndex,
-    dev: Arc<dyn BlockDevice>,
-    store: ChunkStore,
+    /// `None` for a drive that failed at open (then `failed` says why).
+    open: Option<(Arc<dyn BlockDevice>, ChunkStore)>,
+    unopened: Option<Unopened>,
     failed: Option<String>,
 }
 
 impl Drive {
     fn mark_failed(&mut self, why: String) {
         if self.failed.is_none() {
-            tracing::error!(drive = self.index, device = %self.store.device().name, "drive failed: {why}");
+            tracing::error!(drive = self.index, "drive failed: {why}");
             self.failed = Some(why);
         }
     }
 
     fn report(&self) -> DriveReport {
-        let r = self.store.report();
+        let Some((_, store)) = &self.open else {
+            let u = self.unopened.as_ref();
+            return DriveReport {
+                drive: self.index,
+                state: DriveState::Failed,
+                capacity: 0,
+                live_bytes: 0,
+                allocated_bytes: 0,
+                chunks: 0,
+                reason: self.failed.clone().unwrap_or_default(),
+                device: u.map(|u| u.name.clone()).unwrap_or_default(),
+                backend: u.map(|u| u.backend.to_string()).unwrap_or_default(),
+                location: u.map(|u| u.location.clone()).unwrap_or_default(),
+                model: None,
+                serial: None,
+                firmware: None,
+                space: None,
+            };
+        };
+        let r = store.report();
         // The store's view of its device: read once at open, so a report never
         // touches sysfs or the controller, and a failed drive still says what it is.
-        let dev = self.store.device();
+        let dev = store.device();
         DriveReport {
             drive: self.index,
             state: if self.failed.is_some() {
@@ -151,9 +190,12 @@ impl Drive {
         if self.failed.is_some() {
             return;
         }
-        if let Err(e) = self.dev.check() {
+        let Some((dev, store)) = &self.open else {
+            return;
+        };
+        if let Err(e) = dev.check() {
             self.mark_failed(e.to_string());
-        } else if let Some(why) = self.store.failed() {
+        } else if let Some(why) = store.failed() {
             self.mark_failed(why.to_string());
         }
     }
@@ -226,18 +268,18 @@ impl Drive {
             }
         }
         if !writes.is_empty() {
-            if self.failed.is_some() {
-                for &(b, i) in &wpos {
-                    results[b][i] = Some(Err(self.failed_response()));
-                }
-            } else {
-                let out = self.store.write_batch(&writes);
+            if let (None, Some((_, store))) = (&self.failed, &mut self.open) {
+                let out = store.write_batch(&writes);
                 for (&(b, i), r) in wpos.iter().zip(out) {
                     results[b][i] = Some(match r {
                         Ok(WriteOutcome::Put) => Ok(Reply::Put),
                         Ok(WriteOutcome::Delete { existed }) => Ok(Reply::Delete { existed }),
                         Err(e) => Err(self.failure(e)),
                     });
+                }
+            } else {
+                for &(b, i) in &wpos {
+                    results[b][i] = Some(Err(self.failed_response()));
                 }
             }
         }
@@ -251,18 +293,20 @@ impl Drive {
                     Request::Put { .. } | Request::Delete { .. } => continue,
                     Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report())),
                     Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report())),
-                    _ if self.failed.is_some() => Err(self.failed_response()),
+                    _ if self.failed.is_some() || self.open.is_none() => {
+                        Err(self.failed_response())
+                    }
                     Request::Get { id, tenant, .. } => {
                         gpos.push((b, i));
                         gets.push((*id, *tenant));
                         continue;
                     }
-                    Request::Stat { id, tenant, .. } => match self.store.stat(*id, *tenant) {
+                    Request::Stat { id, tenant, .. } => match self.store().stat(*id, *tenant) {
                         Ok((len, crc32c)) => Ok(Reply::Stat { len, crc32c }),
                         Err(e) => Err(self.failure(e)),
                     },
                     Request::List { after, limit, .. } => {
-                        match self.store.list(*after, (*limit as usize).min(MAX_LIST)) {
+                        match self.store().list(*after, (*limit as usize).min(MAX_LIST)) {
                             Ok(chunks) => Ok(Reply::List { chunks }),
                             Err(e) => Err(self.failure(e)),
                         }
@@ -271,8 +315,8 @@ impl Drive {
                 results[b][i] = Some(r);
             }
         }
-        if !gets.is_empty() {
-            let out = self.store.get_many(&gets);
+        if let (false, Some((_, store))) = (gets.is_empty(), &mut self.open) {
+            let out = store.get_many(&gets);
             for (&(b, i), r) in gpos.iter().zip(out) {
                 results[b][i] = Some(match r {
                     Ok(payload) => Ok(Reply::Get { payload }),
@@ -292,15 +336,21 @@ impl Drive {
             // The connection may be gone; its answers are simply dropped.
             let _ = reply.send(res);
         }
-        if let Some(why) = self.store.failed() {
-            let why = why.to_string();
-            self.mark_failed(why);
+        self.check_health_if_unhealthy_store();
+    }
+
+    /// The open store; only called where `failed` is `None` (and a drive that
+    /// failed at open always has `failed` set).
+    fn store(&self) -> &ChunkStore {
+        match &self.open {
+            Some((_, s)) => s,
+            None => unreachable!("a drive that failed at open is marked failed"),
         }
     }
 
     fn check_health_if_unhealthy_store(&mut self) {
         if self.failed.is_none() {
-            if let Some(why) = self.store.failed() {
+            if let Some(why) = self.open.as_ref().and_then(|(_, s)| s.failed()) {
                 let why = why.to_string();
                 self.mark_failed(why);
             }
@@ -309,7 +359,7 @@ impl Drive {
 }
 
 /// Starts the reactors and deals the drives to them.
-pub fn start(drives: Vec<(Arc<dyn BlockDevice>, ChunkStore)>, cfg: &Config) -> Result<Reactors> {
+pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
     let n = cfg.reactors.max(1);
     if let Some(cores) = &cfg.cores {
         if cores.0.len() < n {
@@ -321,13 +371,31 @@ pub fn start(drives: Vec<(Arc<dyn BlockDevice>, ChunkStore)>, cfg: &Config) -> R
     }
     let mut per: Vec<Vec<Drive>> = (0..n).map(|_| Vec::new()).collect();
     let mut owner = Vec::new();
-    for (i, (dev, store)) in drives.into_iter().enumerate() {
+    for (i, slot) in drives.into_iter().enumerate() {
         owner.push(i % n);
-        per[i % n].push(Drive {
-            index: i as DriveIndex,
-            dev,
-            store,
-            failed: None,
+        let index = i as DriveIndex;
+        per[i % n].push(match slot {
+            DriveSlot::Ready(dev, store) => Drive {
+                index,
+                open: Some((dev, store)),
+                unopened: None,
+                failed: None,
+            },
+            DriveSlot::Failed {
+                name,
+                backend,
+                location,
+                why,
+            } => Drive {
+                index,
+                open: None,
+                unopened: Some(Unopened {
+                    name,
+                    backend,
+                    location,
+                }),
+                failed: Some(why),
+            },
         });
     }
     let mut mailboxes = Vec::new();
@@ -428,8 +496,8 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
         // Idle: background compaction first, then sleep until a message or timeout.
         let mut compacted = false;
         for d in drives.values_mut() {
-            if d.failed.is_none() {
-                match d.store.maybe_compact() {
+            if let (None, Some((_, store))) = (&d.failed, &mut d.open) {
+                match store.maybe_compact() {
                     Ok(n) if n > 0 => compacted = true,
                     Ok(_) => {}
                     Err(e) => tracing::warn!(drive = d.index, "compaction: {e}"),
@@ -446,8 +514,10 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
         }
     }
     for (i, d) in drives {
-        if let Err(e) = d.store.close() {
-            tracing::warn!(drive = i, "close: {e}");
+        if let Some((_, store)) = d.open {
+            if let Err(e) = store.close() {
+                tracing::warn!(drive = i, "close: {e}");
+            }
         }
     }
     tracing::info!(reactor = r, "reactor stopped");

@@ -1,0 +1,111 @@
+//! A drive that cannot be opened (its superblock damaged, its file unreadable) is
+//! served as failed, and the daemon serves its other drives: one bad disk does not
+//! take a node's other drives offline. Nothing is formatted over it.
+
+mod common;
+
+use bytes::Bytes;
+use cairn_chunkproto::{ChunkId, DriveState, FailureCode, Reply, Request};
+use common::{drives, Daemon};
+use std::os::unix::fs::FileExt;
+
+#[tokio::test]
+async fn a_drive_with_a_damaged_superblock_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, specs) = drives(dir.path(), 3, "64M");
+    let id = ChunkId::from_u128(7 << 32);
+    let data = Bytes::from(vec![0xab; 10_000]);
+    let d = Daemon::start(dir.path(), &specs, &[]);
+    let puts = (0..3)
+        .map(|drive| Request::Put {
+            drive,
+            id,
+            tenant: 1,
+            key_id: 0,
+            payload: data.clone(),
+        })
+        .collect();
+    assert!(d
+        .client()
+        .call(puts)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.is_ok()));
+    assert!(d.terminate());
+
+    // One byte of drive 0's superblock magic, and drive 2's whole first block.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
+    f.write_all_at(b"X", 3).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[2])
+        .unwrap();
+    f.write_all_at(&[0x55; 4096], 0).unwrap();
+    let before: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+
+    let d = Daemon::start(dir.path(), &specs, &[]);
+    let c = d.client();
+    let info = c
+        .call((0..3).map(|drive| Request::DriveInfo { drive }).collect())
+        .await
+        .unwrap();
+    let state = |i: usize| match &info[i] {
+        Ok(Reply::DriveInfo(r)) => (r.state, r.reason.clone()),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(state(0).0, DriveState::Failed, "{:?}", state(0));
+    assert!(state(0).1.contains("superblock"), "{:?}", state(0));
+    assert_eq!(state(2).0, DriveState::Failed);
+    assert_eq!(state(1).0, DriveState::Healthy);
+
+    let gets: Vec<Request> = (0..3)
+        .map(|drive| Request::Get {
+            drive,
+            id,
+            tenant: 1,
+        })
+        .collect();
+    let r = c.call(gets).await.unwrap();
+    assert!(matches!(&r[1], Ok(Reply::Get { payload }) if *payload == data));
+    for i in [0, 2] {
+        assert!(
+            matches!(&r[i], Err(f) if f.code == FailureCode::DriveFailed),
+            "{:?}",
+            r[i].as_ref().map(|_| ())
+        );
+    }
+    // A write to a failed drive is refused; the healthy one takes it.
+    let r = c
+        .call(vec![
+            Request::Put {
+                drive: 0,
+                id: ChunkId::from_u128(8 << 32),
+                tenant: 1,
+                key_id: 0,
+                payload: data.clone(),
+            },
+            Request::Put {
+                drive: 1,
+                id: ChunkId::from_u128(8 << 32),
+                tenant: 1,
+                key_id: 0,
+                payload: data.clone(),
+            },
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&r[0], Err(f) if f.code == FailureCode::DriveFailed));
+    assert!(r[1].is_ok());
+    assert!(d.terminate());
+    // The damaged drives were not touched (nothing formatted over them).
+    for i in [0, 2] {
+        assert!(
+            std::fs::read(&paths[i]).unwrap() == before[i],
+            "drive {i} was written"
+        );
+    }
+}
