@@ -161,7 +161,7 @@ fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
         };
         let r = store.report();
         tracing::info!(drive = index, device = %dev.info().name, chunks = r.chunks, free_segments = r.free_segments, "drive open");
-        out.push(reactor::DriveSlot::Ready(dev, store));
+        out.push(reactor::DriveSlot::Ready(dev, Box::new(store)));
     }
     Ok(out)
 }

@@ -99,7 +99,7 @@ impl Reactors {
 /// A drive as datapathd opened it: ready, or failed at open (damaged superblock,
 /// device gone) and served as failed so the other drives carry on.
 pub enum DriveSlot {
-    Ready(Arc<dyn BlockDevice>, ChunkStore),
+    Ready(Arc<dyn BlockDevice>, Box<ChunkStore>),
     Failed {
         name: String,
         backend: &'static str,
@@ -377,7 +377,7 @@ pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
         per[i % n].push(match slot {
             DriveSlot::Ready(dev, store) => Drive {
                 index,
-                open: Some((dev, store)),
+                open: Some((dev, *store)),
                 unopened: None,
                 failed: None,
             },
