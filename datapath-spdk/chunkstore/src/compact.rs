@@ -4,7 +4,7 @@
 
 use crate::format::*;
 use crate::store::{ChunkStore, Entry, Io, Seg, SegState, MAX_BATCH_BYTES};
-use crate::{Result, StoreError};
+use crate::Result;
 use cairn_chunkproto::ChunkId;
 use std::collections::{BTreeSet, HashMap};
 
@@ -125,7 +125,8 @@ impl ChunkStore {
             .collect();
         let bufs = self.io(ios);
         let mut records: Vec<Vec<u8>> = Vec::with_capacity(moves.len());
-        for ((id, e, k), r) in moves.iter().zip(bufs) {
+        let mut lost = Vec::new();
+        for (i, ((id, e, k), r)) in moves.iter().zip(bufs).enumerate() {
             let buf = r?;
             let abs = self.sb.segment_offset(e.seg) + e.off as u64;
             let rel = (abs % BLOCK as u64) as usize;
@@ -135,14 +136,40 @@ impl ChunkStore {
                 Ok((h, _)) => h.id == *id && h.seq == e.seq && h.kind == *k,
                 Err(_) => false,
             };
-            if !ok {
-                tracing::error!(device = %self.device.name, chunk = %id, "corrupt record found by compaction; segment {} kept", e.seg);
-                return Err(StoreError::Corrupt(format!(
-                    "chunk {id} in segment {}",
-                    e.seg
-                )));
+            if ok {
+                records.push(raw.to_vec());
+                continue;
             }
-            records.push(raw.to_vec());
+            // A bad record must not pin its segment (a full drive could then never
+            // reclaim space). Its bytes are lost whatever we do; it is carried on
+            // as a tombstone of the same sequence, so no older record of the chunk
+            // comes back at the next start, and the chunk reads as missing, which
+            // the layer above rebuilds from other fragments.
+            tracing::error!(
+                device = %self.device.name,
+                chunk = %id,
+                segment = e.seg,
+                "corrupt record found by compaction: the chunk is dropped (repair rebuilds it)"
+            );
+            let tomb = RecordHeader {
+                kind: RecordKind::Tombstone,
+                id: *id,
+                tenant: e.tenant,
+                key_id: 0,
+                payload_len: 0,
+                payload_crc: crc32c::crc32c(&[]),
+                seq: e.seq,
+            };
+            let mut rec = tomb.encode().to_vec();
+            rec.resize(record_len(0) as usize, 0);
+            records.push(rec);
+            lost.push(i);
+        }
+        for i in lost {
+            let (_, e, k) = &mut moves[i];
+            e.plen = 0;
+            e.crc = crc32c::crc32c(&[]);
+            *k = RecordKind::Tombstone;
         }
         let t = self.open_segment(SegKind::Compaction)?;
         let mut new_locs = Vec::with_capacity(records.len());
@@ -202,6 +229,10 @@ impl ChunkStore {
                     self.segs[t as usize].live += record_len(e.plen);
                 }
                 RecordKind::Tombstone => {
+                    // A put found corrupt above: its chunk is gone from the index.
+                    if self.index.get(id).is_some_and(|x| x.seq == e.seq) {
+                        self.index.remove(id);
+                    }
                     self.tombs.insert(*id, moved);
                 }
             }
