@@ -125,3 +125,46 @@ async fn presigned_urls_are_valid_for_a_week_at_most() {
         r.text
     );
 }
+
+/// A client still downloading an object when it is overwritten and deleted gets the
+/// whole old version, however long past the free grace period it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_download_outlives_an_overwrite_and_a_delete() {
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_FREE_GRACE", "1")],
+        ..Default::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket("slowread").send().await.unwrap();
+    let old = cairn_it::random_bytes(32 << 20, 1);
+    cairn_it::put_bytes(&c, "slowread", "k", &old)
+        .await
+        .unwrap();
+    let mut body = c
+        .get_object()
+        .bucket("slowread")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .body;
+    let mut got = Vec::new();
+    while got.len() < 1 << 20 {
+        got.extend_from_slice(&body.next().await.unwrap().unwrap());
+    }
+    // Overwritten, then deleted, while the download stalls well past the grace.
+    cairn_it::put_bytes(&c, "slowread", "k", &cairn_it::random_bytes(32 << 20, 2))
+        .await
+        .unwrap();
+    c.delete_object()
+        .bucket("slowread")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    while let Some(b) = body.next().await {
+        got.extend_from_slice(&b.expect("the old version streams to its end"));
+    }
+    assert!(got == old, "the old version, whole ({} bytes)", got.len());
+}

@@ -34,6 +34,7 @@ pub(crate) struct Committer {
     pub(crate) log: Arc<dyn MetaLog>,
     pub(crate) chunks: Fabric,
     pub(crate) grace: Duration,
+    pub(crate) readers: crate::pins::Readers,
 }
 
 impl Committer {
@@ -87,6 +88,7 @@ impl Committer {
             Commit::Committed(mut a) => {
                 free(
                     &self.chunks,
+                    Some(&self.readers),
                     tenant,
                     std::mem::take(&mut a.freed),
                     self.grace,
@@ -96,7 +98,7 @@ impl Committer {
             Commit::Rejected(e) => {
                 // Never applied: what was written for it is referenced by nothing,
                 // and no reader can have found it.
-                free(&self.chunks, tenant, written, Duration::ZERO);
+                free(&self.chunks, None, tenant, written, Duration::ZERO);
                 Ok(Err(match e {
                     MetaError::Fenced => ObjectError::NotCommitted,
                     e => e.into(),
@@ -129,13 +131,24 @@ impl Committer {
 /// background, after `grace`: a GET that started before an overwrite or delete
 /// streams the version it found, and must not lose its fragments midway. A crash
 /// before the deletion only leaves orphans for the collector.
-pub(crate) fn free(chunks: &Fabric, tenant: u64, extents: Vec<Extent>, grace: Duration) {
+pub(crate) fn free(
+    chunks: &Fabric,
+    readers: Option<&crate::pins::Readers>,
+    tenant: u64,
+    extents: Vec<Extent>,
+    grace: Duration,
+) {
     if extents.is_empty() {
         return;
     }
     let chunks = chunks.clone();
+    let readers = readers.cloned();
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
+        if let Some(r) = readers {
+            let ids: Vec<u128> = extents.iter().map(|e| e.id).collect();
+            r.wait_unpinned(&ids, crate::pins::MAX_PIN_WAIT).await;
+        }
         let mut ops = Vec::new();
         for e in &extents {
             match &e.layout {

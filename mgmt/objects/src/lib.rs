@@ -15,6 +15,7 @@
 mod commit;
 mod fabric;
 mod health;
+mod pins;
 mod placement;
 mod read;
 mod repair;
@@ -34,7 +35,7 @@ use cairn_meta::{
     After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
     ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
-use futures::stream::BoxStream;
+use futures::stream::{BoxStream, StreamExt};
 use futures::Stream;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,6 +240,7 @@ pub struct ObjectStore {
     codecs: Arc<Codecs>,
     counters: Arc<Counters>,
     scrub: Scrubber,
+    readers: pins::Readers,
 }
 
 /// Codecs by (k, m), built once: building one inverts nothing but still allocates
@@ -295,6 +297,7 @@ impl ObjectStore {
             codecs: Arc::new(Codecs::default()),
             counters: Arc::new(Counters::default()),
             scrub: Scrubber::new(cfg.scrub),
+            readers: pins::Readers::default(),
             cfg,
         }))
     }
@@ -669,7 +672,15 @@ impl ObjectStore {
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
         self.counters.foreground.fetch_add(1, Ordering::Relaxed);
+        // The extents stay pinned while the stream lives: a free of them (an
+        // overwrite or delete meanwhile) waits for this read to finish.
+        let pin = self.readers.pin(rec.extent_ids());
         read::read_range(self.reader(tenant), rec, start, end)
+            .map(move |b| {
+                let _held = &pin;
+                b
+            })
+            .boxed()
     }
 
     fn reader(&self, tenant: u64) -> read::Reader {
@@ -833,13 +844,20 @@ impl ObjectStore {
             log: self.log.clone(),
             chunks: self.chunks.clone(),
             grace: self.cfg.free_grace,
+            readers: self.readers.clone(),
         }
     }
 
     /// Deletes the chunks of extents no manifest references any more, after the
     /// grace period for reads in progress.
     pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
-        commit::free(&self.chunks, tenant, extents, self.cfg.free_grace);
+        commit::free(
+            &self.chunks,
+            Some(&self.readers),
+            tenant,
+            extents,
+            self.cfg.free_grace,
+        );
     }
 
     /// Deletes every chunk that no manifest or upload part references. Run before

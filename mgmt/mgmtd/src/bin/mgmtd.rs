@@ -66,6 +66,11 @@ struct Args {
     /// when started with `nodectl scrub start` or by damage found at start).
     #[arg(long, env = "CAIRN_SCRUB_EVERY", default_value_t = 7 * 24 * 3600)]
     scrub_every: u64,
+    /// Seconds an overwritten or deleted object's chunks are kept for reads that
+    /// began before; reads this node is still streaming are waited for (up to an
+    /// hour) beyond it.
+    #[arg(long, env = "CAIRN_FREE_GRACE", default_value_t = 30)]
+    free_grace: u64,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -95,6 +100,7 @@ async fn main() -> std::process::ExitCode {
     }
     store.abandoned_upload_age = (args.abort_uploads_after > 0)
         .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
+    store.free_grace = std::time::Duration::from_secs(args.free_grace);
     store.scrub = cairn_objects::ScrubConfig {
         rate: args.scrub_rate_mib.max(1) << 20,
         every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),
