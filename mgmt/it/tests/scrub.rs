@@ -243,6 +243,24 @@ async fn damage_found_at_start_is_scrubbed_without_being_asked() {
         before,
         "all repaired before"
     );
+
+    // datapathd alone crashes and comes back having found new damage: mgmtd,
+    // which kept running, notices and scrubs again.
+    let passes = node.admin("GET", "/v1/scrub")["passes"].as_u64().unwrap();
+    let more: Vec<Vec<u8>> = (0..6).map(|i| random_bytes(300_000, 400 + i)).collect();
+    for (i, d) in more.iter().enumerate() {
+        put(&c, "damaged", &format!("m{i}"), d).await.unwrap();
+    }
+    node.kill_datapathd();
+    let hit = find_on_drives(&node, &more[2][1000..1064]);
+    flip(&node, hit[0].0, hit[0].1 + 9);
+    node.start_datapathd();
+    let s = wait_passes(&node, passes + 1).await;
+    assert!(s["last"]["bad"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["last"]["unrepaired"], 0, "{s}");
+    for (i, d) in more.iter().enumerate() {
+        assert_eq!(&get(&c, "damaged", &format!("m{i}")).await.unwrap(), d);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,6 +66,8 @@ pub struct Config {
     /// The node-local chunk key file shared with datapathd (created if missing).
     pub datapath_key: PathBuf,
     pub store: StoreConfig,
+    /// How often a single node's repair pass runs (a cluster's: `ClusterOpts`).
+    pub repair_every: Duration,
     /// Written once both listeners are up: `{"s3": ADDR, "admin": ADDR}`.
     pub ready_file: Option<PathBuf>,
     /// Set: the node runs as a cluster member (it serves S3 once it has joined or
@@ -99,6 +101,7 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     }
     scrub::keep_last_pass(&store, &cfg.data);
     store.start_background();
+    tokio::spawn(repair_loop(store.clone(), cfg.repair_every));
 
     let token = load_or_create_admin_token(&cfg.data)?;
     let mut keys = HashMap::new();
@@ -154,6 +157,30 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     let _ = s3_task.await;
     let _ = admin_task.await;
     Ok(())
+}
+
+/// A single node's repair: fragments that could not be placed when their object
+/// was written (a drive full or failed then) are rebuilt onto a drive of their
+/// own as soon as one can take them, so an object does not stay a fragment short
+/// of its protection for good. (A cluster's repair loop does this and more.)
+async fn repair_loop(store: Arc<ObjectStore>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store
+            .repair_pass(&|_| cairn_objects::FragmentState::Good, &|_, _| true)
+            .await
+        {
+            Ok(p) if p.rebuilt_fragments > 0 || p.deferred > 0 => tracing::info!(
+                rebuilt = p.rebuilt_fragments,
+                deferred = p.deferred,
+                "repair pass: fragments placed short of protection"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("repair pass failed: {e}"),
+        }
+    }
 }
 
 /// Runs mgmtd as a cluster member until SIGINT or SIGTERM.

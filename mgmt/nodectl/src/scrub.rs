@@ -77,7 +77,7 @@ fn print_status(s: &ScrubStatus, json: bool) {
     }
     match &s.last {
         Some(p) => println!(
-            "last pass: {}, {} objects, {} fragments, {} read in {}: {} bad, {} rebuilt, {} not rebuilt",
+            "last pass: {}, {} objects, {} fragments, {} read in {}: {} bad, {} rebuilt, {} not rebuilt{}",
             when(p.finished_ms.unwrap_or(p.started_ms)),
             p.objects,
             p.fragments,
@@ -87,7 +87,15 @@ fn print_status(s: &ScrubStatus, json: bool) {
             ),
             p.bad,
             p.repaired,
-            p.unrepaired
+            p.unrepaired,
+            if p.skipped > 0 {
+                format!(
+                    ", {} skipped (drive down; another pass follows soon)",
+                    p.skipped
+                )
+            } else {
+                String::new()
+            }
         ),
         None => println!("last pass: none recorded"),
     }

@@ -344,6 +344,7 @@ impl ObjectStore {
     pub fn start_background(self: &Arc<Self>) {
         health::spawn_poller(self.health.clone(), self.chunks.clone());
         tokio::spawn(self.clone().scrub_loop());
+        tokio::spawn(self.clone().watch_damage());
         if let Some(age) = self.cfg.abandoned_upload_age {
             let me = self.clone();
             tokio::spawn(async move {

@@ -28,6 +28,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// How soon a pass that had to skip fragments (a drive down meanwhile) is followed
+/// by another.
+const RETRY_SKIPPED: Duration = Duration::from_secs(600);
+/// How often the drives' damage-at-open reports are looked at (a datapathd that
+/// restarted on its own may have found damage).
+const DAMAGE_POLL: Duration = Duration::from_secs(10);
+
 /// Objects read from the metadata per page.
 const PAGE: usize = 256;
 /// Largest batch of fragment reads sent at once.
@@ -85,6 +92,10 @@ pub struct ScrubPass {
     /// Bad ones that could not be rebuilt now (too few good fragments, or the
     /// write failed): left to repair and counted again by the next pass.
     pub unrepaired: u64,
+    /// Fragments not checked because their drive was failed or unreachable
+    /// during the pass: the next pass comes within `RETRY_SKIPPED`, not a week.
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 /// The scrubber's status, as the admin API shows it.
@@ -180,11 +191,23 @@ impl Scrubber {
     /// When the next scheduled pass is due: `every` after the last one ended, or
     /// `every` after this process started when no pass was ever recorded.
     fn next_due(&self) -> Option<(Instant, i64)> {
-        let every_ms = self.cfg.every?.as_millis() as i64;
         let now_ms = cairn_meta::now_ms();
-        let due_ms = match self.lock().last.as_ref().and_then(|p| p.finished_ms) {
-            Some(f) => f.saturating_add(every_ms),
-            None => now_ms + every_ms - self.started_at.elapsed().as_millis() as i64,
+        let last = self.lock().last.clone();
+        let due_ms = match (last, self.cfg.every) {
+            // An incomplete pass is finished soon, whatever the schedule.
+            (Some(p), every) if p.skipped > 0 => p.finished_ms.unwrap_or(now_ms).saturating_add(
+                RETRY_SKIPPED
+                    .min(every.unwrap_or(RETRY_SKIPPED))
+                    .as_millis() as i64,
+            ),
+            (_, None) => return None,
+            (Some(p), Some(every)) if p.finished_ms.is_some() => p
+                .finished_ms
+                .unwrap_or(now_ms)
+                .saturating_add(every.as_millis() as i64),
+            (_, Some(every)) => {
+                now_ms + every.as_millis() as i64 - self.started_at.elapsed().as_millis() as i64
+            }
         };
         let wait = Duration::from_millis(due_ms.saturating_sub(now_ms).max(0) as u64);
         Some((Instant::now() + wait, due_ms))
@@ -214,8 +237,9 @@ impl ObjectStore {
     /// Runs passes on schedule and on demand, for as long as the store lives.
     pub(crate) async fn scrub_loop(self: std::sync::Arc<Self>) {
         let mut ctl = self.scrub.control.subscribe();
-        let mut kicks = ctl.borrow().kicks;
-        self.scrub_if_damaged().await;
+        // Kicks not yet acted on start a pass at once, even one made before this
+        // loop first looked (damage found at start).
+        let mut kicks = 0;
         loop {
             let due = self.scrub.next_due();
             self.scrub.update(|s| {
@@ -232,15 +256,19 @@ impl ObjectStore {
                     None => std::future::pending().await,
                 }
             };
-            let kicked = tokio::select! {
-                _ = scheduled, if !ctl.borrow().paused => false,
-                r = ctl.changed() => {
-                    if r.is_err() { return; }
-                    let c = *ctl.borrow_and_update();
-                    if c.kicks == kicks { continue; }
-                    true
+            let c = *ctl.borrow_and_update();
+            let kicked = if c.kicks != kicks && !c.paused {
+                true
+            } else {
+                tokio::select! {
+                    _ = scheduled, if !c.paused => false,
+                    r = ctl.changed() => {
+                        if r.is_err() { return; }
+                        continue;
+                    }
                 }
             };
+            kicks = ctl.borrow().kicks;
             tracing::info!(on_demand = kicked, "scrub pass starting");
             match self.scrub_pass(&mut ctl).await {
                 Ok(p) => {
@@ -267,14 +295,32 @@ impl ObjectStore {
                     tokio::time::sleep(Duration::from_secs(60)).await;
                 }
             }
-            kicks = ctl.borrow().kicks;
         }
     }
 
-    /// Starts a pass at once when a drive of this node found damage when it was
-    /// opened (records lost to bad bytes, or a torn tail): the scrubber rebuilds
-    /// what was lost now rather than waiting for a client to trip over it.
-    async fn scrub_if_damaged(&self) {
+    /// Starts a pass whenever a drive of this node reports damage found when it
+    /// was opened that was not seen before: at mgmtd's start, and after datapathd
+    /// restarted on its own.
+    pub(crate) async fn watch_damage(self: std::sync::Arc<Self>) {
+        let mut seen: Option<Vec<(u16, [u64; 4])>> = None;
+        loop {
+            if let Some(now) = self.damage_at_open().await {
+                let damaged = now.iter().any(|(_, c)| c.iter().any(|&n| n > 0));
+                if damaged && seen.as_ref() != Some(&now) {
+                    tracing::warn!(drives = ?now, "drives found damage when opened: scrubbing now");
+                    self.scrub.start();
+                }
+                seen = Some(now);
+            }
+            tokio::time::sleep(DAMAGE_POLL).await;
+        }
+    }
+
+    /// Each own drive's damage found at its last open: damaged segments, corrupt
+    /// batches, corrupt records, torn batches. (A torn last batch is usually an
+    /// unacknowledged write cut by a crash, but rot in the last acknowledged batch
+    /// looks the same: after either, everything is read back.)
+    async fn damage_at_open(&self) -> Option<Vec<(u16, [u64; 4])>> {
         let own = self.chunks.own_drives();
         // Own drives only: `DriveDetails` (which carries the damage counts) is
         // never sent to a peer that may run an older datapathd.
@@ -282,30 +328,26 @@ impl ObjectStore {
             .iter()
             .map(|&drive| Request::DriveDetails { drive })
             .collect();
-        let Ok(res) = self.chunks.call(ops).await else {
-            return;
-        };
-        let damaged: Vec<u16> = own
-            .iter()
-            .zip(res)
-            .filter_map(|(&d, r)| match r {
-                Ok(Reply::DriveDetails(i)) => i
-                    .space
-                    // A torn last batch is usually an unacknowledged write cut by
-                    // a crash, but rot in the last acknowledged batch looks the
-                    // same: after either, read everything back.
-                    .filter(|s| {
-                        s.damaged_segments + s.corrupt_batches + s.corrupt_records + s.torn_batches
-                            > 0
-                    })
-                    .map(|_| d),
-                _ => None,
-            })
-            .collect();
-        if !damaged.is_empty() {
-            tracing::warn!(?damaged, "drives found damage when opened: scrubbing now");
-            self.scrub.start();
-        }
+        let res = self.chunks.call(ops).await.ok()?;
+        Some(
+            own.iter()
+                .zip(res)
+                .filter_map(|(&d, r)| match r {
+                    Ok(Reply::DriveDetails(i)) => i.space.map(|s| {
+                        (
+                            d,
+                            [
+                                s.damaged_segments,
+                                s.corrupt_batches,
+                                s.corrupt_records,
+                                s.torn_batches,
+                            ],
+                        )
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        )
     }
 
     /// One pass over every object, checking the fragments on this node's drives.
@@ -411,8 +453,10 @@ impl ObjectStore {
             .collect();
         let mut answers = self.chunks.call(ops).await?.into_iter();
         for (c, ok) in batch.iter().zip(healthy) {
-            // A failed drive's fragments are repair's to move, not the scrubber's.
+            // A failed drive's fragments are repair's to move, not the scrubber's;
+            // they are counted so the pass is known incomplete.
             if !ok {
+                pass.skipped += 1;
                 continue;
             }
             let verdict = match answers.next() {
@@ -426,10 +470,12 @@ impl ObjectStore {
             let Err(f) = verdict else { continue };
             if f.code == FailureCode::DriveFailed {
                 self.health.mark_failed(c.drive);
+                pass.skipped += 1;
                 continue;
             }
             if !matches!(f.code, FailureCode::Corrupt | FailureCode::NotFound) {
                 tracing::warn!(drive = c.drive, "scrub read failed: {f}");
+                pass.skipped += 1;
                 continue;
             }
             let bucket = &buckets[c.bucket];

@@ -71,6 +71,10 @@ struct Args {
     /// hour) beyond it.
     #[arg(long, env = "CAIRN_FREE_GRACE", default_value_t = 30)]
     free_grace: u64,
+    /// Seconds between repair passes (fragments lost, or never placed because a
+    /// drive was full or failed when their object was written).
+    #[arg(long, env = "CAIRN_REPAIR_EVERY", default_value_t = 5)]
+    repair_every: u64,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -119,6 +123,7 @@ async fn main() -> std::process::ExitCode {
         datapath: args.datapath.clone(),
         datapath_key: args.datapath_key,
         store,
+        repair_every: std::time::Duration::from_secs(args.repair_every.max(1)),
         ready_file: args.ready_file,
         cluster: args.internal.map(|internal| cairn_mgmtd::ClusterOpts {
             internal,
@@ -128,7 +133,7 @@ async fn main() -> std::process::ExitCode {
             domain: args.domain,
             down_after: std::time::Duration::from_secs(args.down_after.max(1)),
             repair_grace: std::time::Duration::from_secs(args.repair_grace),
-            repair_every: std::time::Duration::from_secs(5),
+            repair_every: std::time::Duration::from_secs(args.repair_every.max(1)),
         }),
     };
     match cairn_mgmtd::run(cfg, root).await {
