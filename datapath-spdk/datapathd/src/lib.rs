@@ -54,7 +54,7 @@ pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
 /// A drive that is damaged or unreachable (its device does not open, its
 /// superblock is unreadable, recovery fails) is served as *failed*, saying why,
 /// and the daemon runs on with the others: one bad disk must not take a node's
-/// other drives offline. A drive that is set up wrongly (blank with `--no-format`,
+/// other drives offline (if none opens, the start fails). A drive that is set up wrongly (blank with `--no-format`,
 /// another cluster's, given out of order) still stops the start: that is an
 /// operator's mistake, and guessing could attribute data to the wrong drive.
 fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
@@ -162,6 +162,23 @@ fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
         let r = store.report();
         tracing::info!(drive = index, device = %dev.info().name, chunks = r.chunks, free_segments = r.free_segments, "drive open");
         out.push(reactor::DriveSlot::Ready(dev, Box::new(store)));
+    }
+    // Nothing to serve at all is a setup problem, not a bad disk: say so and stop.
+    let failed: Vec<String> = out
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match d {
+            reactor::DriveSlot::Failed { location, why, .. } => {
+                Some(format!("drive {i} ({location}): {why}"))
+            }
+            reactor::DriveSlot::Ready(..) => None,
+        })
+        .collect();
+    if failed.len() == out.len() {
+        return Err(DatapathError::Config(format!(
+            "no drive could be opened: {}",
+            failed.join("; ")
+        )));
     }
     Ok(out)
 }
