@@ -54,9 +54,10 @@ pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
 /// A drive that is damaged or unreachable (its device does not open, its
 /// superblock is unreadable, recovery fails) is served as *failed*, saying why,
 /// and the daemon runs on with the others: one bad disk must not take a node's
-/// other drives offline (if none opens, the start fails). A drive that is set up wrongly (blank with `--no-format`,
-/// another cluster's, given out of order) still stops the start: that is an
-/// operator's mistake, and guessing could attribute data to the wrong drive.
+/// other drives offline (if none opens, the start fails). So is a drive of another
+/// cluster, or given in another slot than it was formatted for (a cloned or moved
+/// disk): refused, never guessed at. Only a blank drive with `--no-format` still
+/// stops the start.
 fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
     let mut out = Vec::new();
     // Brings each NVMe controller up once, however many of its namespaces are drives.
@@ -129,26 +130,22 @@ fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
                 continue;
             }
             Probe::Cairn(sb) => {
+                // Another cluster's disk, or one given in another slot (a cloned
+                // or moved disk): refused, not touched, and the others served.
                 if sb.cluster_id != *cfg.cluster_id.as_bytes() {
-                    return Err(DatapathError::DriveSetup {
-                        index,
-                        path,
-                        msg: format!(
-                            "belongs to cluster {}, not {}",
-                            uuid::Uuid::from_bytes(sb.cluster_id),
-                            cfg.cluster_id
-                        ),
-                    });
+                    out.push(failed(format!(
+                        "belongs to cluster {}, not {}",
+                        uuid::Uuid::from_bytes(sb.cluster_id),
+                        cfg.cluster_id
+                    )));
+                    continue;
                 }
                 if sb.drive_index as usize != index {
-                    return Err(DatapathError::DriveSetup {
-                        index,
-                        path,
-                        msg: format!(
-                            "was formatted as drive {}; give drives in their original order",
-                            sb.drive_index
-                        ),
-                    });
+                    out.push(failed(format!(
+                        "was formatted as drive {}; give drives in their original order",
+                        sb.drive_index
+                    )));
+                    continue;
                 }
                 match ChunkStore::open(dev.as_ref()) {
                     Ok(store) => store,

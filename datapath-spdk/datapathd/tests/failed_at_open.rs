@@ -109,3 +109,40 @@ async fn a_drive_with_a_damaged_superblock_fails_alone() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_drive_in_the_wrong_slot_is_refused_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, specs) = drives(dir.path(), 3, "64M");
+    let d = Daemon::start(dir.path(), &specs, &[]);
+    assert!(d.terminate());
+    // Drive 2's superblock copied onto drive 1: a valid superblock naming slot 2.
+    let mut sb = vec![0u8; 4096];
+    std::fs::File::open(&paths[2])
+        .unwrap()
+        .read_exact_at(&mut sb, 0)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[1])
+        .unwrap()
+        .write_all_at(&sb, 0)
+        .unwrap();
+    let d = Daemon::start(dir.path(), &specs, &[]);
+    let info = d
+        .client()
+        .call((0..3).map(|drive| Request::DriveInfo { drive }).collect())
+        .await
+        .unwrap();
+    for (i, r) in info.iter().enumerate() {
+        let Ok(Reply::DriveInfo(r)) = r else {
+            panic!("{r:?}")
+        };
+        if i == 1 {
+            assert_eq!(r.state, DriveState::Failed);
+            assert!(r.reason.contains("formatted as drive 2"), "{}", r.reason);
+        } else {
+            assert_eq!(r.state, DriveState::Healthy, "drive {i}");
+        }
+    }
+}
