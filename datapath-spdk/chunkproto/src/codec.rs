@@ -95,6 +95,8 @@ const TAG_CORRUPT_BATCHES: u8 = 10;
 const TAG_CORRUPT_RECORDS: u8 = 11;
 const TAG_SALVAGED_RECORDS: u8 = 12;
 const TAG_TORN_BATCHES: u8 = 13;
+const TAG_FORMATTED_AT_OPEN: u8 = 14;
+const TAG_DROPPED_SINCE_OPEN: u8 = 15;
 /// Longest string sent in a reply (reasons, device names, identity fields).
 const MAX_TEXT: usize = 1024;
 
@@ -353,6 +355,8 @@ pub fn encode_response_batch(
                                 (TAG_CORRUPT_RECORDS, sp.corrupt_records),
                                 (TAG_SALVAGED_RECORDS, sp.salvaged_records),
                                 (TAG_TORN_BATCHES, sp.torn_batches),
+                                (TAG_FORMATTED_AT_OPEN, sp.formatted_at_open as u64),
+                                (TAG_DROPPED_SINCE_OPEN, sp.dropped_since_open),
                             ]
                             .map(|(t, n)| (t, n.to_string()))
                         });
@@ -612,7 +616,7 @@ fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
     while !r.0.is_empty() {
         let tag = r.u8()?;
         let value = r.string()?;
-        if (TAG_BACKEND..=TAG_TORN_BATCHES).contains(&tag) {
+        if (TAG_BACKEND..=TAG_DROPPED_SINCE_OPEN).contains(&tag) {
             if seen & (1 << tag) != 0 {
                 return Err(ProtoError::Malformed("repeated drive detail field"));
             }
@@ -624,7 +628,7 @@ fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
             TAG_MODEL => d.model = Some(value),
             TAG_SERIAL => d.serial = Some(value),
             TAG_FIRMWARE => d.firmware = Some(value),
-            TAG_FREE_SEGMENTS..=TAG_TORN_BATCHES => {
+            TAG_FREE_SEGMENTS..=TAG_DROPPED_SINCE_OPEN => {
                 let n: u64 = value
                     .parse()
                     .map_err(|_| ProtoError::Malformed("drive detail field is not a number"))?;
@@ -638,7 +642,12 @@ fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), ProtoError> {
                     TAG_CORRUPT_BATCHES => sp.corrupt_batches = n,
                     TAG_CORRUPT_RECORDS => sp.corrupt_records = n,
                     TAG_SALVAGED_RECORDS => sp.salvaged_records = n,
-                    _ => sp.torn_batches = n,
+                    TAG_TORN_BATCHES => sp.torn_batches = n,
+                    TAG_FORMATTED_AT_OPEN if n <= 1 => sp.formatted_at_open = n == 1,
+                    TAG_FORMATTED_AT_OPEN => {
+                        return Err(ProtoError::Malformed("formatted at open is not 0 or 1"))
+                    }
+                    _ => sp.dropped_since_open = n,
                 }
             }
             // A field of a later version: skipped, so it needs no new operation.
@@ -782,6 +791,8 @@ mod tests {
                 corrupt_records: 3,
                 salvaged_records: 40,
                 torn_batches: 1,
+                formatted_at_open: true,
+                dropped_since_open: 2,
             }),
         }
     }

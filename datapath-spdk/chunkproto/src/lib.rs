@@ -316,6 +316,10 @@ pub struct DriveSpace {
     pub salvaged_records: u64,
     /// Unreadable last batches dropped as torn writes (never acknowledged).
     pub torn_batches: u64,
+    /// The drive was blank and formatted by this start of datapathd.
+    pub formatted_at_open: bool,
+    /// Corrupt records compaction has dropped since the drive was opened.
+    pub dropped_since_open: u64,
 }
 
 /// The successful result of one operation.

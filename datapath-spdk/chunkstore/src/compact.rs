@@ -170,6 +170,7 @@ impl ChunkStore {
             e.plen = 0;
             e.crc = crc32c::crc32c(&[]);
             *k = RecordKind::Tombstone;
+            self.open_stats.dropped_by_compaction += 1;
         }
         let t = self.open_segment(SegKind::Compaction)?;
         let mut new_locs = Vec::with_capacity(records.len());

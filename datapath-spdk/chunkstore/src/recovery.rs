@@ -48,6 +48,10 @@ pub(crate) struct OpenStats {
     pub corrupt_records: u64,
     pub salvaged_records: u64,
     pub torn_batches: u64,
+    /// The drive was blank and formatted by this start (a new or replaced disk).
+    pub formatted: bool,
+    /// Corrupt records compaction has dropped since the open.
+    pub dropped_by_compaction: u64,
 }
 
 /// The result of scanning a segment's data.

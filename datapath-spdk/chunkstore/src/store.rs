@@ -95,6 +95,11 @@ pub struct Report {
     pub salvaged_records_at_open: u64,
     /// Unreadable last batches dropped as torn writes (never acknowledged).
     pub torn_batches_at_open: u64,
+    /// Blank and formatted by this start: every chunk it should hold is missing.
+    pub formatted_at_open: bool,
+    /// Corrupt records dropped by compaction since the open (their chunks read as
+    /// missing until rebuilt).
+    pub dropped_since_open: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -241,7 +246,9 @@ impl ChunkStore {
         b.as_mut_slice()[..SB_LEN].copy_from_slice(&sb.encode());
         write_sync(qp.as_mut(), 0, b)?;
         drop(qp);
-        Self::open(dev)
+        let mut store = Self::open(dev)?;
+        store.open_stats.formatted = true;
+        Ok(store)
     }
 
     /// The drive's superblock.
@@ -455,6 +462,8 @@ impl ChunkStore {
             corrupt_records_at_open: st.corrupt_records,
             salvaged_records_at_open: st.salvaged_records,
             torn_batches_at_open: st.torn_batches,
+            formatted_at_open: st.formatted,
+            dropped_since_open: st.dropped_by_compaction,
         }
     }
 

@@ -182,6 +182,8 @@ impl Drive {
                 corrupt_records: r.corrupt_records_at_open,
                 salvaged_records: r.salvaged_records_at_open,
                 torn_batches: r.torn_batches_at_open,
+                formatted_at_open: r.formatted_at_open,
+                dropped_since_open: r.dropped_since_open,
             }),
         }
     }

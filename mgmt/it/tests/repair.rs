@@ -66,3 +66,48 @@ async fn fragments_never_placed_are_rebuilt_once_their_drive_is_back() {
         );
     }
 }
+
+/// A drive replaced by a blank one (here: its file deleted, so datapathd formats a
+/// new one) is refilled by a scrub pass that starts by itself, so losing two other
+/// drives afterwards still loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_replaced_blank_is_refilled_without_being_asked() {
+    let mut node = Node::start(NodeOptions {
+        drive_size: "64M",
+        ..Default::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket("replaced").send().await.unwrap();
+    let mut objs = Vec::new();
+    for i in 0..6u64 {
+        let d = random_bytes(if i % 2 == 0 { 3 << 20 } else { 40_000 }, 90 + i);
+        put(&c, "replaced", &format!("k{i}"), &d).await.unwrap();
+        objs.push(d);
+    }
+    node.stop();
+    std::fs::remove_file(node.drive_path(1)).unwrap();
+    node.restart();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let s = node.admin("GET", "/v1/scrub");
+        if s["passes"].as_u64().unwrap() >= 1 && s["current"].is_null() {
+            break s["last"].clone();
+        }
+        assert!(Instant::now() < deadline, "no scrub pass: {s}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(last["repaired"].as_u64().unwrap() > 0, "{last}");
+    assert_eq!(last["unrepaired"], 0, "{last}");
+    node.stop();
+    for d in [2u16, 3] {
+        std::fs::remove_file(node.drive_path(d)).unwrap();
+    }
+    node.restart();
+    for (i, d) in objs.iter().enumerate() {
+        assert_eq!(
+            &get(&c, "replaced", &format!("k{i}")).await.unwrap(),
+            d,
+            "k{i}"
+        );
+    }
+}

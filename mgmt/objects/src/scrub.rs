@@ -302,7 +302,7 @@ impl ObjectStore {
     /// was opened that was not seen before: at mgmtd's start, and after datapathd
     /// restarted on its own.
     pub(crate) async fn watch_damage(self: std::sync::Arc<Self>) {
-        let mut seen: Option<Vec<(u16, [u64; 4])>> = None;
+        let mut seen: Option<Vec<(u16, [u64; 6])>> = None;
         loop {
             if let Some(now) = self.damage_at_open().await {
                 let damaged = now.iter().any(|(_, c)| c.iter().any(|&n| n > 0));
@@ -317,10 +317,12 @@ impl ObjectStore {
     }
 
     /// Each own drive's damage found at its last open: damaged segments, corrupt
-    /// batches, corrupt records, torn batches. (A torn last batch is usually an
-    /// unacknowledged write cut by a crash, but rot in the last acknowledged batch
-    /// looks the same: after either, everything is read back.)
-    async fn damage_at_open(&self) -> Option<Vec<(u16, [u64; 4])>> {
+    /// batches, corrupt records, torn batches, formatted blank (a replaced disk:
+    /// everything it held is missing), and records dropped by compaction since.
+    /// (A torn last batch is usually an unacknowledged write cut by a crash, but
+    /// rot in the last acknowledged batch looks the same: after any of these,
+    /// everything is read back.)
+    async fn damage_at_open(&self) -> Option<Vec<(u16, [u64; 6])>> {
         let own = self.chunks.own_drives();
         // Own drives only: `DriveDetails` (which carries the damage counts) is
         // never sent to a peer that may run an older datapathd.
@@ -341,6 +343,8 @@ impl ObjectStore {
                                 s.corrupt_batches,
                                 s.corrupt_records,
                                 s.torn_batches,
+                                s.formatted_at_open as u64,
+                                s.dropped_since_open,
                             ],
                         )
                     }),
