@@ -103,7 +103,7 @@ fn fragments(layout: &Layout, size: u64) -> Vec<(u32, u8, u16, u64)> {
 
 impl ObjectStore {
     /// The state of a fragment on `drive`, given the cluster's view of drives.
-    fn fragment_state(
+    pub(crate) fn fragment_state(
         &self,
         drive: u16,
         gone: &(dyn Fn(u16) -> FragmentState + Sync),
