@@ -250,22 +250,27 @@ fn no_space_is_an_error_and_too_large_is_refused() {
     }
 }
 
+/// 24 chunks of 50 kB, then all but every fourth deleted: sealed segments that
+/// are mostly dead, for compaction to reclaim.
+fn sparse_segments(s: &mut ChunkStore) {
+    for n in 0..24 {
+        put(s, n, 50_000);
+    }
+    let dels: Vec<_> = (0..24)
+        .filter(|n| n % 4 != 0)
+        .map(|n| WriteOp::Delete {
+            id: id(n),
+            tenant: 1,
+        })
+        .collect();
+    assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
+}
+
 #[test]
 fn compaction_reclaims_space_and_survives_restart() {
     for b in Backend::both(DATA_MB + 8 * SEG) {
         let mut s = b.format();
-        for n in 0..24 {
-            put(&mut s, n, 50_000);
-        }
-        // Delete most of them: the sealed segments become sparse.
-        let dels: Vec<_> = (0..24)
-            .filter(|n| n % 4 != 0)
-            .map(|n| WriteOp::Delete {
-                id: id(n),
-                tenant: 1,
-            })
-            .collect();
-        assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
+        sparse_segments(&mut s);
         let before = s.report();
         let freed = s.compact(0.5).unwrap();
         let after = s.report();
@@ -297,17 +302,7 @@ fn compaction_reclaims_space_and_survives_restart() {
 fn a_corrupt_record_does_not_pin_its_segment() {
     for b in Backend::both(DATA_MB + 8 * SEG) {
         let mut s = b.format();
-        for n in 0..24 {
-            put(&mut s, n, 50_000);
-        }
-        let dels: Vec<_> = (0..24)
-            .filter(|n| n % 4 != 0)
-            .map(|n| WriteOp::Delete {
-                id: id(n),
-                tenant: 1,
-            })
-            .collect();
-        assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
+        sparse_segments(&mut s);
         drop(s);
         let mut s = b.open();
         // Rot inside chunk 4's payload (a survivor in a sealed segment), under

@@ -285,6 +285,24 @@ impl Node {
         self.admin("GET", "/v1/status")
     }
 
+    /// Waits (at most a minute) until the scrubber of this mgmtd process has
+    /// completed `passes` passes and none is under way; returns its status.
+    pub async fn wait_scrub_passes(&self, passes: u64) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = self.admin("GET", "/v1/scrub");
+            if s["passes"].as_u64().unwrap() >= passes && s["current"].is_null() {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "scrub pass not finished: {s}\n{}",
+                std::fs::read_to_string(self.log("mgmtd")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// An admin API call (bearer token from the node's state), its JSON answer.
     pub fn admin(&self, method: &str, path: &str) -> serde_json::Value {
         let token =

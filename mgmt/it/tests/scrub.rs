@@ -8,7 +8,6 @@ use cairn_chunkstore::{ChunkStore, WriteOp};
 use cairn_it::{
     find_on_drives, flip, get_bytes as get, put_bytes as put, random_bytes, Node, NodeOptions,
 };
-use std::time::{Duration, Instant};
 
 /// 2+2 with 1 MiB fragments (the default on four drives).
 const SHARD: usize = 1 << 20;
@@ -30,27 +29,10 @@ fn parity_of_first_stripe(data: &[u8]) -> Vec<Vec<u8>> {
     parity
 }
 
-/// Waits until the scrubber has completed `passes` passes; returns its status.
-async fn wait_passes(node: &Node, passes: u64) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let s = node.admin("GET", "/v1/scrub");
-        if s["passes"].as_u64().unwrap() >= passes && s["current"].is_null() {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "scrub pass not finished: {s}\n{}",
-            std::fs::read_to_string(node.dir.path().join("mgmtd.log")).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn scrub_once(node: &Node) -> serde_json::Value {
     let before = node.admin("GET", "/v1/scrub")["passes"].as_u64().unwrap();
     node.admin("POST", "/v1/scrub/start");
-    wait_passes(node, before + 1).await["last"].clone()
+    node.wait_scrub_passes(before + 1).await["last"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,7 +205,7 @@ async fn damage_found_at_start_is_scrubbed_without_being_asked() {
 
     // The drives report what they lost, and the scrubber starts on its own.
     let st = node.status();
-    let s = wait_passes(&node, 1).await;
+    let s = node.wait_scrub_passes(1).await;
     let last = &s["last"];
     assert!(last["bad"].as_u64().unwrap() >= 2, "{s}");
     assert_eq!(last["unrepaired"], 0, "{s}");
@@ -255,7 +237,7 @@ async fn damage_found_at_start_is_scrubbed_without_being_asked() {
     let hit = find_on_drives(&node, &more[2][1000..1064]);
     flip(&node, hit[0].0, hit[0].1 + 9);
     node.start_datapathd();
-    let s = wait_passes(&node, passes + 1).await;
+    let s = node.wait_scrub_passes(passes + 1).await;
     assert!(s["last"]["bad"].as_u64().unwrap() >= 1, "{s}");
     assert_eq!(s["last"]["unrepaired"], 0, "{s}");
     for (i, d) in more.iter().enumerate() {
@@ -300,7 +282,7 @@ async fn hundreds_of_random_flips_then_one_pass_leaves_nothing_bad() {
 
     let before = node.admin("GET", "/v1/scrub")["passes"].as_u64().unwrap();
     node.admin("POST", "/v1/scrub/start");
-    let s = wait_passes(&node, before + 1).await;
+    let s = node.wait_scrub_passes(before + 1).await;
     let pass = &s["last"];
     assert!(pass["bad"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(pass["unrepaired"], 0, "{s}");
