@@ -1,10 +1,11 @@
 //! The chunk service: TCP in, reactors behind.
 //!
-//! Per connection, a reader decodes frames and spawns one task per batch; the task
-//! splits the batch by drive, sends each part to the drive's reactor, gathers the
-//! answers and hands the encoded response to the connection's writer. Batches are
-//! pipelined (responses may overtake each other; the client matches request ids).
-//! A frame that does not decode closes that connection only.
+//! Per connection, a reader admits and decodes frames and spawns one task per
+//! batch; the task splits the batch by drive, sends each part to the drive's
+//! reactor, gathers the answers and hands the encoded reply frames to the
+//! connection's writer. Batches are pipelined (replies may overtake each other; the
+//! client matches request ids). A frame that does not decode closes that
+//! connection only.
 //!
 //! Two listeners: `--listen` for the node's own mgmtd (TCP meant for loopback,
 //! where every connection must first prove the node-local key, see
@@ -12,52 +13,79 @@
 //! where every connection must complete a TLS handshake with a certificate from the
 //! cluster CA. Either way, not a byte of the chunk protocol is read before.
 //!
-//! Limits, so that a client (even an authenticated, buggy one) cannot hold the
-//! service: at most `--max-connections` connections; a connection with nothing in
-//! flight that sends nothing for `--idle-timeout` is closed, and so is one that
-//! takes longer than `--frame-timeout` to finish a frame it began, or to take a
-//! reply; at most 64 batches in flight per connection; a frame is at most
-//! `MAX_FRAME` bytes. A batch of gets is read in waves of 16 and stops reading
-//! once its reply would pass `MAX_FRAME`: the gets that do not fit are answered
-//! with a `BadRequest` failure saying so (never silence), so one small request can
-//! make the service hold at most one frame plus one wave of chunks.
+//! Limits, so that a client (even an authenticated, buggy one) can neither grow
+//! the service's memory nor stall its replies:
+//!
+//! * at most `--max-connections` connections (256), of which at most a quarter (and
+//!   at most 64) still in their handshake; more are closed at accept, logged;
+//! * `--handshake-timeout` (5 s) for the key handshake, 10 s for TLS; a failed
+//!   handshake is logged with the peer's address and counted;
+//! * a connection with nothing in flight that sends nothing for `--idle-timeout`
+//!   (300 s) is closed, and so is one that takes longer than `--frame-timeout`
+//!   (30 s) to finish a frame it began, or to take a reply frame;
+//! * bytes: every frame is admitted for its length, and every reply for its length,
+//!   before a byte of it is read, from `--max-conn-buffered` (128 MiB) per
+//!   connection and `--max-buffered` (512 MiB) for the service (see `budget`);
+//!   at most 64 batches in flight per connection; a frame is at most `MAX_FRAME`;
+//! * a batch of gets is read in waves of at most 32 MiB of reply, each sent before
+//!   the next is read, as many frames as it takes; the gets past
+//!   `MAX_BATCH_REPLY` (1 GiB) are refused by name before they are read (see
+//!   `batch`). Every batch is answered.
+
+mod batch;
+mod budget;
+mod conn;
 
 use crate::reactor::Router;
 use crate::{Config, Result};
-use bytes::{Bytes, BytesMut};
+use budget::{bump, Held, Stats};
+use bytes::Bytes;
 use cairn_chunkproto::auth::{self, LocalKey};
 use cairn_chunkproto::tls::NodeTls;
-use cairn_chunkproto::{
-    decode_frame, encode_response_batch, DriveIndex, Failure, FailureCode, Reply, Request,
-    Response, MAX_FRAME,
-};
-use std::collections::BTreeMap;
+use cairn_chunkproto::MAX_FRAME;
 use std::sync::Arc;
 use std::time::Duration;
-use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-/// Batches one connection may have in flight.
-const MAX_INFLIGHT: usize = 64;
 /// How long shutdown waits for in-flight batches.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a peer may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the TLS directory is re-read.
 const TLS_RELOAD: Duration = Duration::from_secs(2);
-/// Operations of a get batch executed at once (a whole stripe's fragments).
-const WAVE: usize = 16;
-/// What a reply may hold: a frame, less room for per-operation headers.
-const REPLY_BUDGET: usize = MAX_FRAME - (256 << 10);
+/// Most connections in their handshake at once (and at most a quarter of the cap).
+const MAX_HANDSHAKES: usize = 64;
+/// How often the counters are logged, when they changed.
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
-/// Per-connection timeouts.
+/// Per-connection limits.
 #[derive(Clone, Copy, Debug)]
 struct Limits {
     idle: Duration,
     frame: Duration,
+    handshake: Duration,
+    /// Bytes one connection may hold.
+    conn_bytes: usize,
+}
+
+/// What a connection needs of the service.
+#[derive(Clone)]
+struct Ctx {
+    router: Router,
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+    /// The service's bytes.
+    global: Arc<Semaphore>,
+    stats: Arc<Stats>,
+}
+
+/// One reply frame on its way to the socket, and the bytes it holds.
+struct Out {
+    parts: Vec<Bytes>,
+    #[allow(dead_code)] // held until the frame is written
+    held: Held,
 }
 
 /// The peer listener's TLS acceptor, once the node has a certificate, and the
@@ -132,9 +160,8 @@ async fn accept_on(
 async fn accept_peer(
     stream: TcpStream,
     acceptor: Acceptor,
-    router: Router,
-    stop: watch::Receiver<bool>,
-    limits: Limits,
+    ctx: Ctx,
+    handshaking: OwnedSemaphorePermit,
 ) {
     let peer = stream.peer_addr().ok();
     let Some(peer_tls) = acceptor.borrow().clone() else {
@@ -144,7 +171,15 @@ async fn accept_peer(
         );
         return;
     };
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, peer_tls.acceptor.accept(stream)).await {
+    let stats = ctx.stats.clone();
+    let refused = |why: String| {
+        let n = bump(&stats.refused_handshake);
+        tracing::warn!(?peer, refused_handshakes = n, "peer refused: {why}");
+    };
+    let handshake = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, peer_tls.acceptor.accept(stream));
+    let handshake = handshake.await;
+    drop(handshaking);
+    match handshake {
         Ok(Ok(tls)) => {
             let Some(fp) = tls
                 .get_ref()
@@ -160,35 +195,79 @@ async fn accept_peer(
                     .is_some_and(|t| t.members.as_ref().is_none_or(|m| m.contains(&fp)))
             };
             if !member(&acceptor.borrow()) {
-                tracing::warn!(
-                    ?peer,
-                    "peer refused: its certificate is not a current member's"
-                );
+                refused("its certificate is not a current member's".into());
                 return;
             }
             // A node removed from the cluster loses the connections it holds too.
             let mut members = acceptor.clone();
             tokio::select! {
-                _ = connection(tls, router, stop, limits) => {}
+                _ = conn::serve(tls, ctx, peer.map(|p| p.to_string()).unwrap_or_default()) => {}
                 _ = members.wait_for(|t| !member(t)) => {
                     tracing::warn!(?peer, "peer dropped: its certificate is no longer a member's");
                 }
             }
         }
-        Ok(Err(e)) => tracing::warn!(?peer, "peer TLS handshake refused: {e}"),
-        Err(_) => tracing::warn!(?peer, "peer TLS handshake timed out"),
+        Ok(Err(e)) => refused(format!("TLS handshake failed: {e}")),
+        Err(_) => refused("TLS handshake timed out".into()),
     }
 }
 
-pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
-    let key = LocalKey::load_or_create(&cfg.local_key).map_err(|e| {
+/// A node-local client: proves the key, then is served.
+async fn accept_local(
+    mut stream: TcpStream,
+    peer: std::net::SocketAddr,
+    key: LocalKey,
+    ctx: Ctx,
+    handshaking: OwnedSemaphorePermit,
+) {
+    let r = auth::server_handshake_within(&mut stream, &key, ctx.limits.handshake).await;
+    drop(handshaking);
+    if let Err(e) = r {
+        let n = bump(&ctx.stats.refused_handshake);
+        tracing::warn!(%peer, refused_handshakes = n, "local chunk client refused: {e}");
+        return;
+    }
+    tracing::debug!(%peer, "connection open");
+    conn::serve(stream, ctx, peer.to_string()).await;
+    tracing::debug!(%peer, "connection closed");
+}
+
+/// The byte budgets, kept above what one frame and one wave need.
+fn byte_caps(cfg: &Config) -> (usize, usize) {
+    let floor = MAX_FRAME + (1 << 20);
+    let conn = usize::try_from(cfg.max_conn_buffered)
+        .unwrap_or(usize::MAX)
+        .clamp(floor, u32::MAX as usize);
+    let global = usize::try_from(cfg.max_buffered)
+        .unwrap_or(usize::MAX)
+        .clamp(2 * floor, Semaphore::MAX_PERMITS);
+    if conn as u64 != cfg.max_conn_buffered || global as u64 != cfg.max_buffered {
+        tracing::warn!(conn, global, "byte budgets raised to what one frame needs");
+    }
+    (conn.min(global), global)
+}
+
+/// The node-local key, read or created (before the drives are opened, so a bad
+/// key file stops the start at once).
+pub fn local_key(cfg: &Config) -> Result<LocalKey> {
+    LocalKey::load_or_create(&cfg.local_key).map_err(|e| {
         crate::DatapathError::Config(format!("chunk key {}: {e}", cfg.local_key.display()))
-    })?;
+    })
+}
+
+pub async fn serve(cfg: &Config, router: Router, key: LocalKey) -> Result<()> {
+    let (conn_bytes, global_bytes) = byte_caps(cfg);
     let limits = Limits {
         idle: Duration::from_secs(cfg.idle_timeout.max(1)),
         frame: Duration::from_secs(cfg.frame_timeout.max(1)),
+        handshake: Duration::from_secs(cfg.handshake_timeout.max(1)),
+        conn_bytes,
     };
-    let slots = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let max_conns = cfg.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(max_conns));
+    let handshakes = Arc::new(Semaphore::new((max_conns / 4).clamp(1, MAX_HANDSHAKES)));
+    let global = Arc::new(Semaphore::new(global_bytes));
+    let stats = Arc::new(Stats::default());
     let listener = TcpListener::bind(&cfg.listen).await?;
     let addr = listener.local_addr()?;
     if let Some(p) = &cfg.ready_file {
@@ -197,7 +276,14 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         std::fs::write(&tmp, format!("{addr}\n"))?;
         std::fs::rename(&tmp, p)?;
     }
-    tracing::info!(%addr, drives = router.drives(), "chunk service listening (node-local key)");
+    tracing::info!(
+        %addr,
+        drives = router.drives(),
+        max_connections = max_conns,
+        conn_bytes,
+        global_bytes,
+        "chunk service listening (node-local key)"
+    );
     let (peer_listener, acceptor) = match &cfg.peer_listen {
         Some(p) => {
             let l = TcpListener::bind(p).await?;
@@ -207,36 +293,49 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         }
         None => (None, watch::channel(None).1),
     };
-    let slot = |peer: std::net::SocketAddr| {
-        let s = slots.clone().try_acquire_owned().ok();
-        if s.is_none() {
-            tracing::warn!(%peer, max = cfg.max_connections, "connection refused: too many open");
+    // A connection slot, and a handshake slot until its client has proved itself.
+    let admit = |peer: std::net::SocketAddr| {
+        let slot = slots.clone().try_acquire_owned().ok();
+        let shake = handshakes.clone().try_acquire_owned().ok();
+        match (slot, shake) {
+            (Some(slot), Some(shake)) => Some((slot, shake)),
+            (slot, _) => {
+                let n = bump(&stats.refused_full);
+                let why = if slot.is_none() {
+                    "too many open"
+                } else {
+                    "too many in their handshake"
+                };
+                tracing::warn!(%peer, max = max_conns, refused_full = n, "connection refused: {why}");
+                None
+            }
         }
-        s
     };
     let (stop_tx, stop_rx) = watch::channel(false);
+    let ctx = Ctx {
+        router,
+        stop: stop_rx,
+        limits,
+        global: global.clone(),
+        stats: stats.clone(),
+    };
     let mut conns = JoinSet::new();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut summary =
+        tokio::time::interval_at(tokio::time::Instant::now() + SUMMARY_EVERY, SUMMARY_EVERY);
+    let mut last_summary = String::new();
     loop {
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = tokio::signal::ctrl_c() => { tracing::info!("SIGINT: shutting down"); break; }
             acc = listener.accept() => match acc {
-                Ok((mut stream, peer)) => {
-                    let Some(slot) = slot(peer) else { continue };
+                Ok((stream, peer)) => {
+                    let Some((slot, shake)) = admit(peer) else { continue };
                     let _ = stream.set_nodelay(true);
-                    let router = router.clone();
-                    let stop = stop_rx.clone();
-                    let key = key.clone();
+                    let (key, ctx) = (key.clone(), ctx.clone());
                     conns.spawn(async move {
                         let _slot = slot;
-                        if let Err(e) = auth::server_handshake(&mut stream, &key).await {
-                            tracing::warn!(%peer, "local connection refused: {e}");
-                            return;
-                        }
-                        tracing::debug!(%peer, "connection open");
-                        connection(stream, router, stop, limits).await;
-                        tracing::debug!(%peer, "connection closed");
+                        accept_local(stream, peer, key, ctx, shake).await
                     });
                 }
                 Err(e) => {
@@ -246,12 +345,12 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
             },
             acc = accept_on(peer_listener.as_ref()) => match acc {
                 Ok((stream, peer)) => {
-                    let Some(slot) = slot(peer) else { continue };
+                    let Some((slot, shake)) = admit(peer) else { continue };
                     let _ = stream.set_nodelay(true);
-                    let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop_rx.clone());
+                    let (acceptor, ctx) = (acceptor.clone(), ctx.clone());
                     conns.spawn(async move {
                         let _slot = slot;
-                        accept_peer(stream, acceptor, router, stop, limits).await
+                        accept_peer(stream, acceptor, ctx, shake).await
                     });
                 }
                 Err(e) => {
@@ -260,6 +359,13 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
                 }
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = summary.tick() => {
+                let s = stats.summary(global_bytes - global.available_permits());
+                if s != last_summary {
+                    tracing::info!("chunk service: {s}");
+                    last_summary = s;
+                }
+            }
         }
     }
     drop(listener);
@@ -273,240 +379,4 @@ pub async fn serve(cfg: &Config, router: Router) -> Result<()> {
         tracing::warn!("in-flight batches did not finish in time");
     }
     Ok(())
-}
-
-async fn connection<S>(stream: S, router: Router, mut stop: watch::Receiver<bool>, limits: Limits)
-where
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<Bytes>>(MAX_INFLIGHT);
-    let writer = tokio::spawn(async move {
-        while let Some(parts) = out_rx.recv().await {
-            for p in parts {
-                // A client that does not take its replies is dropped, not waited on.
-                match tokio::time::timeout(limits.frame, wr.write_all(&p)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!("write to client failed: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::warn!("client does not read its replies: connection closed");
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = wr.shutdown().await;
-    });
-    let permits = Arc::new(Semaphore::new(MAX_INFLIGHT));
-    let mut tasks = JoinSet::new();
-    let mut buf = BytesMut::with_capacity(1 << 20);
-    let mut last_read = Instant::now();
-    // When the frame now in `buf` began to arrive.
-    let mut frame_began: Option<Instant> = None;
-    'conn: loop {
-        loop {
-            match decode_frame(&mut buf) {
-                Ok(Some(frame)) => {
-                    let ops = match frame.requests() {
-                        Ok(ops) => ops,
-                        Err(e) => {
-                            tracing::error!("malformed request batch, closing connection: {e}");
-                            break 'conn;
-                        }
-                    };
-                    let Ok(permit) = permits.clone().acquire_owned().await else {
-                        break 'conn;
-                    };
-                    let router = router.clone();
-                    let out = out_tx.clone();
-                    let id = frame.request_id;
-                    tasks.spawn(async move {
-                        let res = execute_bounded(&router, ops).await;
-                        match encode_response_batch(id, &res) {
-                            Ok(parts) => {
-                                let _ = out.send(parts).await;
-                            }
-                            Err(e) => {
-                                tracing::error!(request_id = id, "cannot encode response: {e}")
-                            }
-                        }
-                        drop(permit);
-                    });
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::error!("malformed frame, closing connection: {e}");
-                    break 'conn;
-                }
-            }
-        }
-        frame_began = if buf.is_empty() {
-            None
-        } else {
-            frame_began.or(Some(Instant::now()))
-        };
-        // Reap finished batch tasks so the set does not grow without bound.
-        while tasks.try_join_next().is_some() {}
-        if buf.capacity() - buf.len() < 64 << 10 {
-            buf.reserve(1 << 20);
-        }
-        // Only a client we are not working for can be idle; a frame it began
-        // must be finished in time whatever else is going on.
-        let deadline = match frame_began {
-            Some(t) => Some((t + limits.frame, "a frame took too long to arrive")),
-            None if tasks.is_empty() => Some((last_read + limits.idle, "idle")),
-            None => None,
-        };
-        let expired = async {
-            match deadline {
-                Some((at, _)) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            r = rd.read_buf(&mut buf) => match r {
-                Ok(0) => break,
-                Ok(_) => last_read = Instant::now(),
-                Err(e) => { tracing::debug!("read from client failed: {e}"); break; }
-            },
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-            _ = expired => {
-                let why = deadline.map(|d| d.1).unwrap_or_default();
-                tracing::info!("closing a chunk connection: {why}");
-                break;
-            }
-            _ = stop.changed() => break,
-        }
-    }
-    // Finish what was accepted, then close.
-    while tasks.join_next().await.is_some() {}
-    drop(out_tx);
-    let _ = writer.await;
-}
-
-/// Runs one batch so that its reply fits in a frame: batches of gets are read in
-/// waves, and the gets past what a reply can carry are refused, not read.
-async fn execute_bounded(router: &Router, ops: Vec<Request>) -> Vec<Response> {
-    if !ops.iter().any(|o| matches!(o, Request::Get { .. })) {
-        return execute(router, ops).await;
-    }
-    let n = ops.len();
-    let mut out: Vec<Response> = Vec::with_capacity(n);
-    let mut bytes = 0usize;
-    let mut rest = ops.into_iter().peekable();
-    while rest.peek().is_some() {
-        let wave: Vec<Request> = if bytes >= REPLY_BUDGET {
-            // Full: the remaining gets are refused, everything else still runs.
-            let left: Vec<Request> = rest.by_ref().collect();
-            let (idx, others): (Vec<usize>, Vec<Request>) = left
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| !matches!(o, Request::Get { .. }))
-                .map(|(i, o)| (i, o.clone()))
-                .unzip();
-            let mut done = execute(router, others).await.into_iter();
-            let mut j = idx.iter().peekable();
-            for i in 0..left.len() {
-                if j.peek() == Some(&&i) {
-                    j.next();
-                    out.push(done.next().unwrap_or_else(|| Err(no_answer())));
-                } else {
-                    out.push(Err(too_large()));
-                }
-            }
-            break;
-        } else {
-            rest.by_ref().take(WAVE).collect()
-        };
-        for r in execute(router, wave).await {
-            bytes += reply_len(&r);
-            out.push(r);
-        }
-    }
-    // The wave that crossed the budget may have overshot: drop gets from the
-    // end of the reply until it fits.
-    let mut total: usize = out.iter().map(reply_len).sum();
-    for r in out.iter_mut().rev() {
-        if total <= REPLY_BUDGET {
-            break;
-        }
-        if matches!(r, Ok(Reply::Get { .. })) {
-            total -= reply_len(r);
-            *r = Err(too_large());
-            total += reply_len(r);
-        }
-    }
-    out
-}
-
-/// About what one result takes in a reply frame.
-fn reply_len(r: &Response) -> usize {
-    64 + match r {
-        Ok(Reply::Get { payload }) => payload.len(),
-        Err(f) => f.message.len(),
-        _ => 0,
-    }
-}
-
-fn too_large() -> Failure {
-    Failure::new(
-        FailureCode::BadRequest,
-        format!("reply would exceed {MAX_FRAME} bytes: ask for fewer chunks per batch"),
-    )
-}
-
-fn no_answer() -> Failure {
-    Failure::new(FailureCode::Io, "no answer")
-}
-
-/// Runs one batch: split by drive, one message per drive, answers back in order.
-async fn execute(router: &Router, ops: Vec<Request>) -> Vec<Response> {
-    let n = ops.len();
-    let mut results: Vec<Option<Response>> = (0..n).map(|_| None).collect();
-    let mut by_drive: BTreeMap<DriveIndex, (Vec<usize>, Vec<Request>)> = BTreeMap::new();
-    for (i, op) in ops.into_iter().enumerate() {
-        let d = op.drive();
-        if d as usize >= router.drives() {
-            results[i] = Some(Err(Failure::new(
-                FailureCode::BadRequest,
-                format!("no drive {d}"),
-            )));
-            continue;
-        }
-        let e = by_drive.entry(d).or_default();
-        e.0.push(i);
-        e.1.push(op);
-    }
-    let mut waits = Vec::new();
-    for (d, (idx, ops)) in by_drive {
-        waits.push((idx, router.send(d, ops)));
-    }
-    for (idx, rx) in waits {
-        let answers = match rx {
-            Some(rx) => rx.await.ok(),
-            None => None,
-        };
-        match answers {
-            Some(a) if a.len() == idx.len() => {
-                for (i, r) in idx.into_iter().zip(a) {
-                    results[i] = Some(r);
-                }
-            }
-            _ => {
-                for i in idx {
-                    results[i] = Some(Err(Failure::new(
-                        FailureCode::DriveFailed,
-                        "reactor unavailable",
-                    )));
-                }
-            }
-        }
-    }
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(no_answer())))
-        .collect()
 }
