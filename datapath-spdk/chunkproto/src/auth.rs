@@ -265,6 +265,29 @@ where
     .await
 }
 
+/// For the fuzz targets and their stable stand-in: runs each half of the
+/// handshake against `data` as everything the other side sends. Neither may
+/// panic, and neither may accept: no input can know the fresh nonce of this run,
+/// so a proof that passes would be a forgery.
+#[doc(hidden)]
+pub fn fuzz_handshake(data: &[u8]) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    let key = LocalKey::from_bytes(&[0x5a; KEY_LEN]);
+    rt.block_on(async {
+        let mut s = tokio::io::join(data, tokio::io::sink());
+        let r = server_handshake_within(&mut s, &key, Duration::from_secs(1)).await;
+        assert!(r.is_err(), "the server accepted bytes that hold no key");
+        let mut s = tokio::io::join(data, tokio::io::sink());
+        let r = timed(Duration::from_secs(1), client_handshake(&mut s, &key)).await;
+        assert!(r.is_err(), "the client accepted a server that holds no key");
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

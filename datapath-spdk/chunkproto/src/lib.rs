@@ -39,6 +39,8 @@ pub use codec::{
     decode_frame, encode_request_batch, encode_response_batch, frame_len, Frame, FrameKind,
     MAX_BATCH_REPLY, MAX_FRAME, MAX_OPS, PROTOCOL_VERSION,
 };
+#[doc(hidden)]
+pub use reply::fuzz_reassembly;
 pub use reply::{encode_response_frames, response_len, Reassembly};
 
 use bytes::Bytes;

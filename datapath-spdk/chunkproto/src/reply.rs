@@ -115,6 +115,29 @@ impl Reassembly {
     }
 }
 
+/// For the fuzz targets and their stable stand-in: `data` as the bytes a client
+/// reads back for a batch of `want` operations (its first byte). Gathering must
+/// end in results, an error, or a want for more bytes; never a panic, never more
+/// results than asked for.
+#[doc(hidden)]
+pub fn fuzz_reassembly(data: &[u8]) {
+    let Some((&want, rest)) = data.split_first() else {
+        return;
+    };
+    let mut buf = bytes::BytesMut::from(rest);
+    let mut r = Reassembly::new(want as usize);
+    while let Ok(Some(f)) = crate::decode_frame(&mut buf) {
+        match r.push(&f) {
+            Ok(false) => {}
+            Ok(true) => {
+                assert_eq!(r.into_results().len(), want as usize);
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
