@@ -277,3 +277,32 @@ async fn a_reply_larger_than_a_frame_is_answered_in_full() {
         }
     }
 }
+
+/// More batches than a connection may have in flight (64), pipelined on one
+/// connection, mixing puts and gets: all are answered, none waits for a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_batches_than_slots_on_one_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, specs) = drives(dir.path(), 1, "256M");
+    let d = Daemon::start(dir.path(), &specs, &["--frame-timeout", "2"]);
+    let c = cairn_chunkproto::ChunkClient::local(
+        d.addr.clone(),
+        1,
+        Duration::from_secs(20),
+        LocalKey::load(&d.key).unwrap(),
+    );
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..300u128 {
+        let c = c.clone();
+        calls.spawn(async move {
+            let id = ChunkId::from_u128((i + 1) << 20);
+            let body = Bytes::from(vec![i as u8; 64 << 10]);
+            let r = c.call(vec![put(id, body.clone()), get(id)]).await.unwrap();
+            assert!(r[0].is_ok(), "{r:?}");
+            assert!(matches!(&r[1], Ok(Reply::Get { payload }) if *payload == body));
+        });
+    }
+    while let Some(r) = calls.join_next().await {
+        r.unwrap();
+    }
+}

@@ -12,7 +12,7 @@
 //! that announces 64 MiB and stalls costs the bytes it sent, and is cut off after
 //! the frame timeout.
 
-use super::budget::{bump, Budget};
+use super::budget::{bump, Budget, Held};
 use super::{batch, Ctx, Out};
 use bytes::BytesMut;
 use cairn_chunkproto::{decode_frame, frame_len};
@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// Batches one connection may have in flight.
@@ -90,8 +90,9 @@ where
     let inflight = Arc::new(Semaphore::new(MAX_INFLIGHT));
     let mut tasks = JoinSet::new();
     let mut buf = BytesMut::new();
-    // The frame at the front of `buf` once admitted: its whole length and bytes.
-    let mut admitted: Option<(usize, super::budget::Held)> = None;
+    // The frame at the front of `buf` once admitted: its whole length, its bytes
+    // and its batch slot.
+    let mut admitted: Option<(usize, Held, OwnedSemaphorePermit)> = None;
     let mut last_read = Instant::now();
     // When the first byte of the frame now arriving came.
     let mut frame_began: Option<Instant> = None;
@@ -107,13 +108,27 @@ where
                         break 'conn;
                     }
                 };
-                // The wait for room counts against the frame's time: a frame
-                // that cannot be admitted in time is dropped like a slow one,
-                // so clients stalled ahead in the queue do not hold it.
-                let began = *frame_began.get_or_insert_with(Instant::now);
+                // A batch slot first, then bytes: nothing is held while waiting
+                // for a slot (the batches that hold them may wait for bytes).
+                // The slot is this connection's own affair: its wait is not
+                // the frame's time. The wait for room is: a frame that cannot be
+                // admitted in time is dropped like a slow one, so clients stalled
+                // ahead in the queue do not hold it.
+                let (permit, began) = match inflight.clone().try_acquire_owned() {
+                    Ok(p) => (p, *frame_began.get_or_insert_with(Instant::now)),
+                    Err(_) => {
+                        let p = tokio::select! {
+                            p = inflight.clone().acquire_owned() => p,
+                            _ = stop.changed() => break 'conn,
+                        };
+                        let Ok(p) = p else { break 'conn };
+                        (p, *frame_began.insert(Instant::now()))
+                    }
+                };
+                let deadline = (began + limits.frame).into();
                 let held = tokio::select! {
                     h = budget.reserve(total) => h,
-                    _ = tokio::time::sleep_until((began + limits.frame).into()) => {
+                    _ = tokio::time::sleep_until(deadline) => {
                         let n = bump(&stats.closed_slow);
                         tracing::warn!(%peer, closed_slow = n, "no room for a frame in time: connection closed");
                         break 'conn;
@@ -121,14 +136,14 @@ where
                     _ = stop.changed() => break 'conn,
                 };
                 let Some(held) = held else { break 'conn };
-                admitted = Some((total, held));
+                admitted = Some((total, held, permit));
             }
             match &admitted {
-                Some((total, _)) if buf.len() >= *total => {}
+                Some((total, _, _)) if buf.len() >= *total => {}
                 _ => break,
             }
-            let (frame, held) = match (decode_frame(&mut buf), admitted.take()) {
-                (Ok(Some(f)), Some((_, held))) => (f, held),
+            let (frame, held, permit) = match (decode_frame(&mut buf), admitted.take()) {
+                (Ok(Some(f)), Some((_, held, permit))) => (f, held, permit),
                 (Err(e), _) => {
                     let n = bump(&stats.closed_malformed);
                     tracing::warn!(%peer, closed_malformed = n, "malformed frame, closing connection: {e}");
@@ -147,11 +162,6 @@ where
             };
             let id = frame.request_id;
             drop(frame);
-            let permit = tokio::select! {
-                p = inflight.clone().acquire_owned() => p,
-                _ = stop.changed() => break 'conn,
-            };
-            let Ok(permit) = permit else { break 'conn };
             let (router, budget, out) = (router.clone(), budget.clone(), out_tx.clone());
             tasks.spawn(async move {
                 batch::run(&router, &budget, &out, id, ops, held).await;
@@ -168,7 +178,7 @@ where
         // Read no further than the admitted frame, or a little to learn the
         // next frame's length.
         let limit = match &admitted {
-            Some((total, _)) => (*total).max(SLACK),
+            Some((total, _, _)) => (*total).max(SLACK),
             None => SLACK,
         };
         let room = limit.saturating_sub(buf.len()).max(1);
