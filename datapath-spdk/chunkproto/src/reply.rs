@@ -11,7 +11,8 @@
 //!   all);
 //! * a client that predates this takes the first frame for the whole answer, finds
 //!   the count short and fails that one call (`Mismatch`), and ignores the rest:
-//!   a clear error where it used to wait until its timeout.
+//!   a clear error where it used to wait until its timeout. (datapathd sends a
+//!   reply that fits in a frame as one frame, so nothing else changes for it.)
 //!
 //! A batch's reply is bounded as a whole by [`MAX_BATCH_REPLY`]: the server
 //! refuses, by name and before reading them, the gets that would take it past;

@@ -7,7 +7,9 @@ mod common;
 
 use bytes::Bytes;
 use cairn_chunkproto::auth::{client_handshake, LocalKey};
-use cairn_chunkproto::{ChunkId, Reply, Request, MAX_FRAME, PROTOCOL_VERSION};
+use cairn_chunkproto::{
+    decode_frame, encode_request_batch, ChunkId, Reply, Request, MAX_FRAME, PROTOCOL_VERSION,
+};
 use common::{drives, Daemon};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -252,6 +254,28 @@ async fn a_reply_larger_than_a_frame_is_answered_in_full() {
     assert!(matches!(r[1], Ok(Reply::Stat { len: l, .. }) if l as usize == len));
     assert!(r[3].is_err(), "{:?}", r[3]);
     assert!(matches!(r[4], Ok(Reply::DriveInfo(_))));
+
+    // On the wire: two of them (60 MiB) fit in one frame and come as one, as
+    // they always did; three come as two frames.
+    for (asked, frames) in [(2usize, 1usize), (3, 2)] {
+        let mut s = authed(&d).await;
+        let req = encode_request_batch(
+            5,
+            &ids[..asked].iter().map(|&id| get(id)).collect::<Vec<_>>(),
+        );
+        s.write_all(&req.unwrap().concat()).await.unwrap();
+        let (mut buf, mut seen, mut results) = (bytes::BytesMut::new(), 0, 0);
+        while results < asked {
+            if let Some(f) = decode_frame(&mut buf).unwrap() {
+                assert_eq!(f.request_id, 5);
+                results += f.responses().unwrap().len();
+                seen += 1;
+                continue;
+            }
+            assert!(s.read_buf(&mut buf).await.unwrap() > 0, "closed early");
+        }
+        assert_eq!((results, seen), (asked, frames));
+    }
 
     // Many small chunks past a frame: 80 of 900 KB (72 MB) in one batch.
     let small = 900_000;

@@ -5,11 +5,12 @@
 //! get after a put of the same chunk in one batch still sees it). Then the batch
 //! gives back its request's bytes, and the gets run in *waves*: the chunks' lengths
 //! are looked up in the index first (`Stat`, no I/O), results are grouped in
-//! request order into waves of at most [`WAVE_BYTES`] of reply (a single larger
-//! chunk is a wave alone), and each wave reserves its reply's bytes, reads its
-//! chunks, and goes out as a response frame before the next wave is read. So a
-//! batch asking for gigabytes is streamed at the pace the client takes it, holding
-//! one wave at a time; a reply larger than a frame is several frames (see
+//! request order into waves of at most a frame of reply, and each wave reserves
+//! its reply's bytes, reads its chunks, and goes out as one response frame before
+//! the next wave is read. So a batch asking for gigabytes is streamed at the pace
+//! the client takes it, holding one wave at a time; a reply that fits in a frame
+//! is one frame, as it always was (a client that predates split replies sees no
+//! change for it); a larger one is several frames (see
 //! `cairn_chunkproto::Reassembly`); and the gets past [`MAX_BATCH_REPLY`] are
 //! refused by name, before they are read.
 
@@ -23,8 +24,8 @@ use cairn_chunkproto::{
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 
-/// Reply bytes one wave of gets may read and hold.
-pub(super) const WAVE_BYTES: usize = 32 << 20;
+/// Reply bytes one wave of gets may read and hold: what one frame carries.
+pub(super) const WAVE_BYTES: usize = MAX_FRAME - FRAME_HEAD;
 /// Chunk ids all the `List`s of one batch may return together (1.5 MiB of reply).
 const MAX_LISTED: usize = 65_536;
 /// Bytes of a response frame around its results.

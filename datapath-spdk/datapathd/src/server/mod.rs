@@ -27,8 +27,8 @@
 //!   before a byte of it is read, from `--max-conn-buffered` (128 MiB) per
 //!   connection and `--max-buffered` (512 MiB) for the service (see `budget`);
 //!   at most 64 batches in flight per connection; a frame is at most `MAX_FRAME`;
-//! * a batch of gets is read in waves of at most 32 MiB of reply, each sent before
-//!   the next is read, as many frames as it takes; the gets past
+//! * a batch of gets is read in waves of at most a frame of reply, each sent as a
+//!   frame before the next is read, as many frames as it takes; the gets past
 //!   `MAX_BATCH_REPLY` (1 GiB) are refused by name before they are read (see
 //!   `batch`). Every batch is answered.
 
