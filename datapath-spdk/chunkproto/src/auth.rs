@@ -53,8 +53,24 @@ impl LocalKey {
         LocalKey(hmac::Key::new(hmac::HMAC_SHA256, raw))
     }
 
-    /// Reads the key file (exactly 32 bytes).
+    /// Reads the key file: exactly 32 bytes, in a regular file that neither its
+    /// group nor others may read or write (a key others can read is no credential).
     pub fn load(path: &Path) -> Result<LocalKey, ProtoError> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path)?;
+        if !meta.is_file() {
+            return Err(ProtoError::Auth(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
+        }
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(ProtoError::Auth(format!(
+                "{} is open to group or others (mode {mode:o}): chmod 600 it",
+                path.display()
+            )));
+        }
         let raw = std::fs::read(path)?;
         let raw: [u8; KEY_LEN] = raw.as_slice().try_into().map_err(|_| {
             ProtoError::Auth(format!(
@@ -139,11 +155,28 @@ fn nonce() -> Result<[u8; KEY_LEN], ProtoError> {
 }
 
 async fn timed<T>(
+    limit: Duration,
     f: impl std::future::Future<Output = Result<T, ProtoError>>,
 ) -> Result<T, ProtoError> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, f)
+    tokio::time::timeout(limit, f)
         .await
         .map_err(|_| ProtoError::Auth("handshake timed out".into()))?
+}
+
+/// Reads exactly `buf.len()` bytes; an early end of stream is a refusal (or a
+/// peer that does not speak the handshake), said as such.
+async fn read_all<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut [u8],
+    what: &str,
+) -> Result<(), ProtoError> {
+    match s.read_exact(buf).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(ProtoError::Auth(format!(
+            "connection closed during the key handshake, before {what}"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The client's half: proves the key and checks the server's proof.
@@ -151,14 +184,19 @@ pub async fn client_handshake<S>(s: &mut S, key: &LocalKey) -> Result<(), ProtoE
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    timed(async {
+    timed(HANDSHAKE_TIMEOUT, async {
         let cn = nonce()?;
         let mut hello = Vec::with_capacity(8 + KEY_LEN);
         hello.extend_from_slice(&AUTH_MAGIC);
         hello.extend_from_slice(&cn);
         s.write_all(&hello).await?;
         let mut reply = [0u8; 8 + 2 * KEY_LEN];
-        s.read_exact(&mut reply).await?;
+        read_all(
+            s,
+            &mut reply,
+            "the server's proof (is it an older datapathd?)",
+        )
+        .await?;
         if reply[..8] != AUTH_MAGIC {
             return Err(ProtoError::Auth(
                 "the chunk service does not speak the local-key handshake".into(),
@@ -172,7 +210,7 @@ where
         }
         s.write_all(key.proof(b"client", &cn, sn).as_ref()).await?;
         let mut verdict = [0u8; 1];
-        s.read_exact(&mut verdict).await?;
+        read_all(s, &mut verdict, "the verdict").await?;
         if verdict[0] != ACCEPTED {
             return Err(ProtoError::Auth("the chunk service refused our key".into()));
         }
@@ -186,9 +224,21 @@ pub async fn server_handshake<S>(s: &mut S, key: &LocalKey) -> Result<(), ProtoE
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    timed(async {
+    server_handshake_within(s, key, HANDSHAKE_TIMEOUT).await
+}
+
+/// [`server_handshake`], given up after `limit`.
+pub async fn server_handshake_within<S>(
+    s: &mut S,
+    key: &LocalKey,
+    limit: Duration,
+) -> Result<(), ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    timed(limit, async {
         let mut hello = [0u8; 8 + KEY_LEN];
-        s.read_exact(&mut hello).await?;
+        read_all(s, &mut hello, "the client's hello").await?;
         if hello[..8] != AUTH_MAGIC {
             return Err(ProtoError::Auth(
                 "the client did not start the local-key handshake".into(),
@@ -202,7 +252,7 @@ where
         reply.extend_from_slice(key.proof(b"server", cn, &sn).as_ref());
         s.write_all(&reply).await?;
         let mut proof = [0u8; KEY_LEN];
-        s.read_exact(&mut proof).await?;
+        read_all(s, &mut proof, "the client's proof").await?;
         if !key.verify(b"client", cn, &sn, &proof) {
             let _ = s.write_all(&[REFUSED]).await;
             return Err(ProtoError::Auth(
@@ -213,6 +263,29 @@ where
         Ok(())
     })
     .await
+}
+
+/// For the fuzz targets and their stable stand-in: runs each half of the
+/// handshake against `data` as everything the other side sends. Neither may
+/// panic, and neither may accept: no input can know the fresh nonce of this run,
+/// so a proof that passes would be a forgery.
+#[doc(hidden)]
+pub fn fuzz_handshake(data: &[u8]) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    let key = LocalKey::from_bytes(&[0x5a; KEY_LEN]);
+    rt.block_on(async {
+        let mut s = tokio::io::join(data, tokio::io::sink());
+        let r = server_handshake_within(&mut s, &key, Duration::from_secs(1)).await;
+        assert!(r.is_err(), "the server accepted bytes that hold no key");
+        let mut s = tokio::io::join(data, tokio::io::sink());
+        let r = timed(Duration::from_secs(1), client_handshake(&mut s, &key)).await;
+        assert!(r.is_err(), "the client accepted a server that holds no key");
+    });
 }
 
 #[cfg(test)]
@@ -258,5 +331,12 @@ mod tests {
         assert_eq!(tag(&a), tag(&b));
         std::fs::write(&p, b"short").unwrap();
         assert!(matches!(LocalKey::load(&p), Err(ProtoError::Auth(_))));
+        // A key others can read is refused, whatever it holds.
+        std::fs::write(&p, [5u8; KEY_LEN]).unwrap();
+        assert!(LocalKey::load(&p).is_ok());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = LocalKey::load(&p).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
+        assert!(LocalKey::load_or_create(&p).is_err());
     }
 }

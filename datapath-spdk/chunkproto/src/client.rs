@@ -2,7 +2,8 @@
 //!
 //! Each client keeps a few TCP connections to one datapathd and spreads batches over
 //! them round-robin; on each connection, batches are pipelined and matched to their
-//! responses by request id. A broken connection fails its outstanding calls and is
+//! responses by request id (a reply larger than a frame is gathered from several
+//! frames, see [`crate::Reassembly`]). A broken connection fails its outstanding calls and is
 //! re-dialled on the next call, so a restarted datapathd is picked up without help.
 //! A client for a peer node speaks mutual TLS ([`ChunkClient::with_tls`]); the
 //! node's own mgmtd talks to its datapathd over loopback TCP after proving the
@@ -10,7 +11,7 @@
 //! unauthenticated client.
 
 use crate::codec::{decode_frame, encode_request_batch};
-use crate::{ProtoError, Request, Response};
+use crate::{ProtoError, Reassembly, Request, Response, MAX_FRAME};
 use bytes::BytesMut;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -20,7 +21,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Vec<Response>, ProtoError>>>>>;
+/// A call waiting for its reply, and the part of the reply that has arrived.
+struct Waiter {
+    tx: oneshot::Sender<Result<Vec<Response>, ProtoError>>,
+    reply: Reassembly,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
 
 struct Call {
     request_id: u64,
@@ -111,7 +118,13 @@ impl ChunkClient {
         drop(ops);
         let conn = self.conn().await?;
         let (tx, rx) = oneshot::channel();
-        lock(&conn.pending).insert(request_id, tx);
+        lock(&conn.pending).insert(
+            request_id,
+            Waiter {
+                tx,
+                reply: Reassembly::new(n),
+            },
+        );
         if conn.tx.send(Call { request_id, parts }).await.is_err() {
             lock(&conn.pending).remove(&request_id);
             return Err(ProtoError::Closed);
@@ -193,8 +206,8 @@ where
 
     let fail_all = |pending: &Pending, why: &str| {
         let drained: Vec<_> = lock(pending).drain().collect();
-        for (_, tx) in drained {
-            let _ = tx.send(Err(ProtoError::Io(std::io::Error::new(
+        for (_, w) in drained {
+            let _ = w.tx.send(Err(ProtoError::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
                 why.to_string(),
             ))));
@@ -223,17 +236,32 @@ where
         let why = loop {
             match decode_frame(&mut buf) {
                 Ok(Some(frame)) => {
-                    let res = frame.responses();
-                    if let Some(tx) = lock(&p).remove(&frame.request_id) {
-                        let _ = tx.send(res);
+                    let mut pending = lock(&p);
+                    // A reply to a call that timed out (or was refused) is dropped.
+                    let Some(w) = pending.get_mut(&frame.request_id) else {
+                        continue;
+                    };
+                    let done = match w.reply.push(&frame) {
+                        Ok(false) => continue,
+                        Ok(true) => Ok(()),
+                        Err(e) => Err(e),
+                    };
+                    if let Some(w) = pending.remove(&frame.request_id) {
+                        let _ = w.tx.send(done.map(|()| w.reply.into_results()));
                     }
                     continue;
                 }
                 Ok(None) => {}
                 Err(e) => break format!("bad frame from chunk service: {e}"),
             }
-            if buf.capacity() - buf.len() < 64 << 10 {
-                buf.reserve(1 << 20);
+            // The server is trusted with its frame length (at most MAX_FRAME):
+            // room for the whole frame is made once rather than in doublings.
+            let want = match crate::frame_len(&buf) {
+                Ok(Some(total)) if total > buf.len() => (total - buf.len()).min(MAX_FRAME),
+                _ => 1 << 20,
+            };
+            if buf.capacity() - buf.len() < (64 << 10).min(want) {
+                buf.reserve(want.max(64 << 10));
             }
             match rd.read_buf(&mut buf).await {
                 Ok(0) => break "chunk service closed the connection".to_string(),

@@ -70,8 +70,13 @@ pub const PROTOCOL_VERSION: u8 = 1;
 pub const MAX_FRAME: usize = 64 << 20;
 /// Most operations in one batch.
 pub const MAX_OPS: usize = 4096;
+/// Most bytes of response frames one batch may be answered with (a reply larger
+/// than a frame comes in several; see [`crate::Reassembly`]). The server refuses
+/// the gets past it up front; the client gives up on a reply that passes it.
+pub const MAX_BATCH_REPLY: usize = 1 << 30;
 
-const HEADER: usize = 1 + 1 + 2 + 8;
+/// Bytes of a frame's header after its length field.
+pub(crate) const HEADER: usize = 1 + 1 + 2 + 8;
 
 const OP_PUT: u8 = 1;
 const OP_GET: u8 = 2;
@@ -98,7 +103,7 @@ const TAG_TORN_BATCHES: u8 = 13;
 const TAG_FORMATTED_AT_OPEN: u8 = 14;
 const TAG_DROPPED_SINCE_OPEN: u8 = 15;
 /// Longest string sent in a reply (reasons, device names, identity fields).
-const MAX_TEXT: usize = 1024;
+pub(crate) const MAX_TEXT: usize = 1024;
 
 const STATUS_OK: u8 = 0;
 
@@ -150,22 +155,33 @@ impl Frame {
     }
 }
 
-/// Takes one whole frame off the front of `buf`, or returns `Ok(None)` when more
-/// bytes are needed. The length is checked before anything is allocated.
-pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtoError> {
-    if buf.len() < 4 {
+/// The whole length (length field included) of the frame at the front of `buf`,
+/// once its 4-byte length has arrived; checked against the limits, so a reader
+/// can decide what to admit before it reads the body.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, ProtoError> {
+    let Some(l) = buf.get(..4) else {
         return Ok(None);
-    }
-    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    };
+    let len = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
     if len > MAX_FRAME {
         return Err(ProtoError::TooLarge(len));
     }
     if len < HEADER {
         return Err(ProtoError::Malformed("frame shorter than its header"));
     }
-    if buf.len() < 4 + len {
-        // Reserve once so a large frame is read without repeated reallocation.
-        buf.reserve(4 + len - buf.len());
+    Ok(Some(4 + len))
+}
+
+/// Takes one whole frame off the front of `buf`, or returns `Ok(None)` when more
+/// bytes are needed. The length is checked first, and nothing is reserved for
+/// it: the caller's buffer grows only with the bytes that actually arrive, so a
+/// peer that announces 64 MiB and sends four bytes costs four bytes.
+pub fn decode_frame(buf: &mut BytesMut) -> Result<Option<Frame>, ProtoError> {
+    let Some(total) = frame_len(buf)? else {
+        return Ok(None);
+    };
+    let len = total - 4;
+    if buf.len() < total {
         return Ok(None);
     }
     buf.advance(4);
@@ -290,7 +306,7 @@ pub fn encode_response_batch(
     for res in results {
         match res {
             Err(f) => {
-                let msg = truncate_utf8(&f.message, 1024);
+                let msg = truncate_utf8(&f.message, MAX_TEXT);
                 head.put_u8(f.code as u8);
                 head.put_u16_le(msg.len() as u16);
                 head.put_slice(msg.as_bytes());
@@ -430,7 +446,7 @@ fn patch_len(parts: &mut [Bytes], total: usize) -> Result<(), ProtoError> {
     Ok(())
 }
 
-fn truncate_utf8(s: &str, max: usize) -> &str {
+pub(crate) fn truncate_utf8(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
@@ -1026,6 +1042,14 @@ mod tests {
             let mut b = BytesMut::from(&full[..cut]);
             assert!(decode_frame(&mut b).unwrap().is_none(), "cut at {cut}");
         }
+        // A frame announced at the limit, of which a few bytes came: nothing is
+        // reserved for the rest.
+        let mut b = BytesMut::with_capacity(16);
+        b.put_u32_le((MAX_FRAME - 4) as u32);
+        b.put_slice(&[PROTOCOL_VERSION, 1, 0, 0]);
+        assert!(decode_frame(&mut b).unwrap().is_none());
+        assert!(b.capacity() < 4096, "reserved {}", b.capacity());
+        assert_eq!(frame_len(&b).unwrap(), Some(MAX_FRAME));
     }
 
     #[test]

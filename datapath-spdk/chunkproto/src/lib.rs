@@ -20,18 +20,28 @@
 //! ```
 //!
 //! A batch amortises one round trip and one reactor wake-up over many chunks (all the
-//! fragments of a stripe, say); responses come back in request order.
+//! fragments of a stripe, say); responses come back in request order. A reply that
+//! does not fit in one frame comes in several frames with the same request id, each
+//! holding the next results (see [`Reassembly`]); a batch's whole reply is at most
+//! [`MAX_BATCH_REPLY`] bytes.
+//!
+//! On the node-local listener, the connection first carries the key handshake of
+//! [`auth`]; on the peer listener, a mutual TLS handshake ([`tls`]).
 
 pub mod auth;
 mod client;
 mod codec;
+mod reply;
 pub mod tls;
 
 pub use client::ChunkClient;
 pub use codec::{
-    decode_frame, encode_request_batch, encode_response_batch, Frame, FrameKind, MAX_FRAME,
-    MAX_OPS, PROTOCOL_VERSION,
+    decode_frame, encode_request_batch, encode_response_batch, frame_len, Frame, FrameKind,
+    MAX_BATCH_REPLY, MAX_FRAME, MAX_OPS, PROTOCOL_VERSION,
 };
+#[doc(hidden)]
+pub use reply::fuzz_reassembly;
+pub use reply::{encode_response_frames, response_len, Reassembly};
 
 use bytes::Bytes;
 use std::fmt;

@@ -181,15 +181,31 @@ pub struct Config {
     #[arg(long, env = "CAIRN_CHUNK_KEY")]
     pub local_key: PathBuf,
     /// Connections served at once, on both listeners; more are closed at accept.
+    /// At most a quarter of them (and at most 64) may be still in their key or TLS
+    /// handshake, so clients without a credential cannot take every slot.
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
     /// Seconds a connection may sit with nothing in flight and nothing sent
     /// before it is closed.
     #[arg(long, default_value_t = 300)]
     pub idle_timeout: u64,
-    /// Seconds a client may take to finish sending a frame it has begun.
+    /// Seconds a client may take to finish sending a frame it has begun, and to
+    /// take a reply frame once the service began writing it.
     #[arg(long, default_value_t = 30)]
     pub frame_timeout: u64,
+    /// Seconds a client of `--listen` has to complete the key handshake.
+    #[arg(long, default_value_t = 5)]
+    pub handshake_timeout: u64,
+    /// Bytes of frames and replies the service may hold across all connections
+    /// (e.g. 512M): a frame is read only once its length is reserved here, and
+    /// the chunks of a batch of gets only once their reply's is. At least two
+    /// frames (128M).
+    #[arg(long, default_value = "512M", value_parser = parse_size)]
+    pub max_buffered: u64,
+    /// The same, for one connection (at least a frame and a megabyte; at most
+    /// `--max-buffered`).
+    #[arg(long, default_value = "128M", value_parser = parse_size)]
+    pub max_conn_buffered: u64,
 }
 
 impl Config {
@@ -238,6 +254,15 @@ mod tests {
         assert_eq!(c.cores, Some(CoreList(vec![0, 1])));
         assert!(c.format);
         assert_eq!(c.segment_size, 32 << 20);
+        assert_eq!(
+            (c.max_buffered, c.max_conn_buffered),
+            (512 << 20, 128 << 20)
+        );
+        assert_eq!(
+            (c.idle_timeout, c.frame_timeout, c.handshake_timeout),
+            (300, 30, 5)
+        );
+        assert_eq!(c.max_connections, 256);
         let c = Config::parse_from_args([
             "datapathd",
             "--local-key",

@@ -187,6 +187,7 @@ pub fn run(cfg: Config) -> Result<()> {
     if cfg.drives.is_empty() {
         return Err(DatapathError::Config("no --drive given".into()));
     }
+    let key = server::local_key(&cfg)?;
     let drives = open_drives(&cfg)?;
     let reactors = reactor::start(drives, &cfg)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -194,7 +195,7 @@ pub fn run(cfg: Config) -> Result<()> {
         .thread_name("chunk-net")
         .enable_all()
         .build()?;
-    let res = rt.block_on(server::serve(&cfg, reactors.router()));
+    let res = rt.block_on(server::serve(&cfg, reactors.router(), key));
     drop(rt);
     reactors.shutdown();
     tracing::info!("datapathd stopped");

@@ -19,20 +19,23 @@ impl Daemon {
         let _ = std::fs::remove_file(&ready);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_datapathd"));
         let key = dir.join("chunk.key");
-        cmd.args([
-            "--listen",
-            "127.0.0.1:0",
-            "--segment-size",
-            "1M",
-            "--ready-file",
-        ])
-        .arg(&ready)
-        .arg("--local-key")
-        .arg(&key);
+        cmd.args(["--listen", "127.0.0.1:0", "--ready-file"])
+            .arg(&ready)
+            .arg("--local-key")
+            .arg(&key);
+        if !extra.contains(&"--segment-size") {
+            cmd.args(["--segment-size", "1M"]);
+        }
         for d in drives {
             cmd.args(["--drive", d]);
         }
-        cmd.args(extra).stdout(Stdio::null()).stderr(Stdio::null());
+        // CAIRN_TEST_LOG=1 shows the daemon's log.
+        let log = std::env::var_os("CAIRN_TEST_LOG").is_some();
+        cmd.args(extra).stdout(Stdio::null()).stderr(if log {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        });
         let mut child = cmd.spawn().expect("spawn datapathd");
         let t = Instant::now();
         loop {
@@ -60,6 +63,17 @@ impl Daemon {
             Duration::from_secs(10),
             LocalKey::load(&self.key).unwrap(),
         )
+    }
+
+    /// Resident memory of the daemon, in bytes (from /proc).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        kb << 10
     }
 
     pub fn kill9(mut self) {
