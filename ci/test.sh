@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A clean clone builds once: incremental state would only take disk (gigabytes).
+export CARGO_INCREMENTAL=0
 # The image's Debian root (mmdebstrap: mostly downloading and unpacking packages)
 # fills its cache in the background while cargo compiles; the image step waits.
 ROOTFS_LOG=$(mktemp /tmp/cairn-rootfs.XXXXXX)
