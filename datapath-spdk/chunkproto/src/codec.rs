@@ -14,6 +14,10 @@
 //! 6 DriveInfo    drive u16                    6, REPORT
 //! 7 DriveDetails drive u16                    7, REPORT, ext_len u16, ext_len bytes
 //!                                                of fields: tag u8, len u16, UTF-8
+//! 8 ListVersions drive u16, after [16],       8, n u32, n x (id [16], tenant u64,
+//!                limit u32                                     seq u64)
+//! 9 DeleteVersion drive u16, id [16],         9, deleted u8
+//!                tenant u64, seq u64
 //! REPORT = drive u16, state u8 (0 healthy, 1 failed), capacity u64, live u64,
 //!          allocated u64, chunks u64, reason str, device str
 //! ```
@@ -59,8 +63,8 @@
 //! is updated with it, never across the cluster.
 
 use crate::{
-    ChunkId, DriveReport, DriveSpace, DriveState, Failure, FailureCode, ProtoError, Reply, Request,
-    Response,
+    ChunkId, ChunkVersion, DriveReport, DriveSpace, DriveState, Failure, FailureCode, ProtoError,
+    Reply, Request, Response,
 };
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -85,6 +89,8 @@ const OP_STAT: u8 = 4;
 const OP_LIST: u8 = 5;
 const OP_DRIVE_INFO: u8 = 6;
 const OP_DRIVE_DETAILS: u8 = 7;
+const OP_LIST_VERSIONS: u8 = 8;
+const OP_DELETE_VERSION: u8 = 9;
 
 /// Tags of the `DriveDetails` reply's fields.
 const TAG_BACKEND: u8 = 1;
@@ -260,12 +266,34 @@ pub fn encode_request_batch(request_id: u64, ops: &[Request]) -> Result<Vec<Byte
                 drive,
                 after,
                 limit,
+            }
+            | Request::ListVersions {
+                drive,
+                after,
+                limit,
             } => {
-                head.put_u8(OP_LIST);
+                head.put_u8(if matches!(op, Request::List { .. }) {
+                    OP_LIST
+                } else {
+                    OP_LIST_VERSIONS
+                });
                 head.put_u16_le(*drive);
                 head.put_slice(&after.0);
                 head.put_u32_le(*limit);
                 total += 1 + 2 + 16 + 4;
+            }
+            Request::DeleteVersion {
+                drive,
+                id,
+                tenant,
+                seq,
+            } => {
+                head.put_u8(OP_DELETE_VERSION);
+                head.put_u16_le(*drive);
+                head.put_slice(&id.0);
+                head.put_u64_le(*tenant);
+                head.put_u64_le(*seq);
+                total += 1 + 2 + 16 + 8 + 8;
             }
             Request::DriveInfo { drive } | Request::DriveDetails { drive } => {
                 head.put_u8(if matches!(op, Request::DriveInfo { .. }) {
@@ -346,6 +374,21 @@ pub fn encode_response_batch(
                             head.put_u64_le(*tenant);
                         }
                         total += 1 + 4 + 24 * chunks.len();
+                    }
+                    Reply::ListVersions { chunks } => {
+                        head.put_u8(OP_LIST_VERSIONS);
+                        head.put_u32_le(chunks.len() as u32);
+                        for c in chunks {
+                            head.put_slice(&c.id.0);
+                            head.put_u64_le(c.tenant);
+                            head.put_u64_le(c.seq);
+                        }
+                        total += 1 + 4 + 32 * chunks.len();
+                    }
+                    Reply::DeleteVersion { deleted } => {
+                        head.put_u8(OP_DELETE_VERSION);
+                        head.put_u8(u8::from(*deleted));
+                        total += 2;
                     }
                     Reply::DriveInfo(d) => {
                         head.put_u8(OP_DRIVE_INFO);
@@ -550,6 +593,17 @@ fn decode_request(r: &mut Reader) -> Result<Request, ProtoError> {
             after: r.id()?,
             limit: r.u32()?,
         },
+        OP_LIST_VERSIONS => Request::ListVersions {
+            drive,
+            after: r.id()?,
+            limit: r.u32()?,
+        },
+        OP_DELETE_VERSION => Request::DeleteVersion {
+            drive,
+            id: r.id()?,
+            tenant: r.u64()?,
+            seq: r.u64()?,
+        },
         OP_DRIVE_INFO => Request::DriveInfo { drive },
         OP_DRIVE_DETAILS => Request::DriveDetails { drive },
         _ => return Err(ProtoError::Malformed("unknown opcode")),
@@ -589,6 +643,22 @@ fn decode_response(r: &mut Reader) -> Result<Response, ProtoError> {
             }
             Reply::List { chunks }
         }
+        OP_LIST_VERSIONS => {
+            let n = r.u32()? as usize;
+            r.need(n.saturating_mul(32))?;
+            let mut chunks = Vec::with_capacity(n);
+            for _ in 0..n {
+                chunks.push(ChunkVersion {
+                    id: r.id()?,
+                    tenant: r.u64()?,
+                    seq: r.u64()?,
+                });
+            }
+            Reply::ListVersions { chunks }
+        }
+        OP_DELETE_VERSION => Reply::DeleteVersion {
+            deleted: r.u8()? != 0,
+        },
         OP_DRIVE_INFO => Reply::DriveInfo(read_report(r)?),
         OP_DRIVE_DETAILS => {
             let mut d = read_report(r)?;
@@ -714,6 +784,17 @@ mod tests {
                 after: ChunkId::MIN,
                 limit: 100,
             },
+            Request::ListVersions {
+                drive: 2,
+                after: ChunkId::from_u128(5),
+                limit: 7,
+            },
+            Request::DeleteVersion {
+                drive: 1,
+                id: ChunkId::from_u128(9),
+                tenant: 4,
+                seq: u64::MAX - 1,
+            },
             Request::DriveInfo { drive: 5 },
             Request::DriveDetails { drive: 6 },
         ]
@@ -744,6 +825,14 @@ mod tests {
             Ok(Reply::List {
                 chunks: vec![(ChunkId::from_u128(1), 3), (ChunkId::from_u128(2), 4)],
             }),
+            Ok(Reply::ListVersions {
+                chunks: vec![ChunkVersion {
+                    id: ChunkId::from_u128(3),
+                    tenant: 5,
+                    seq: 77,
+                }],
+            }),
+            Ok(Reply::DeleteVersion { deleted: true }),
             Ok(Reply::DriveInfo(DriveReport {
                 drive: 1,
                 state: DriveState::Failed,

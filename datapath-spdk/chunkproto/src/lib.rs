@@ -149,6 +149,23 @@ pub enum Request {
         after: ChunkId,
         limit: u32,
     },
+    /// Like `List`, with each chunk's version: the sequence number of the write
+    /// that made it (kept by compaction), so the collector can tell a chunk it saw
+    /// before from one written again since under the same id.
+    ListVersions {
+        drive: DriveIndex,
+        after: ChunkId,
+        limit: u32,
+    },
+    /// Deletes a chunk only while it is still the version `seq` (a chunk written
+    /// again since under the same id is kept): the collector's delete, which may
+    /// never take a write that raced with its decision.
+    DeleteVersion {
+        drive: DriveIndex,
+        id: ChunkId,
+        tenant: TenantId,
+        seq: u64,
+    },
     /// The state and space of one drive.
     DriveInfo { drive: DriveIndex },
     /// `DriveInfo` plus what the drive is: backend, location, model, serial,
@@ -167,6 +184,8 @@ impl Request {
             | Request::Delete { drive, .. }
             | Request::Stat { drive, .. }
             | Request::List { drive, .. }
+            | Request::ListVersions { drive, .. }
+            | Request::DeleteVersion { drive, .. }
             | Request::DriveInfo { drive }
             | Request::DriveDetails { drive } => *drive,
         }
@@ -202,6 +221,23 @@ impl fmt::Debug for Request {
                 after,
                 limit,
             } => write!(f, "List(drive={drive}, after={after}, limit={limit})"),
+            Request::ListVersions {
+                drive,
+                after,
+                limit,
+            } => write!(
+                f,
+                "ListVersions(drive={drive}, after={after}, limit={limit})"
+            ),
+            Request::DeleteVersion {
+                drive,
+                id,
+                tenant,
+                seq,
+            } => write!(
+                f,
+                "DeleteVersion(drive={drive}, id={id}, tenant={tenant}, seq={seq})"
+            ),
             Request::DriveInfo { drive } => write!(f, "DriveInfo(drive={drive})"),
             Request::DriveDetails { drive } => write!(f, "DriveDetails(drive={drive})"),
         }
@@ -332,6 +368,15 @@ pub struct DriveSpace {
     pub dropped_since_open: u64,
 }
 
+/// One chunk as `ListVersions` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkVersion {
+    pub id: ChunkId,
+    pub tenant: TenantId,
+    /// The sequence number of the write that made this chunk on its drive.
+    pub seq: u64,
+}
+
 /// The successful result of one operation.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -349,6 +394,13 @@ pub enum Reply {
     List {
         chunks: Vec<(ChunkId, TenantId)>,
     },
+    ListVersions {
+        chunks: Vec<ChunkVersion>,
+    },
+    /// Whether the version named was there and is now deleted.
+    DeleteVersion {
+        deleted: bool,
+    },
     /// State and space; the identity fields of the report are not sent.
     DriveInfo(DriveReport),
     /// The whole report, identity included.
@@ -363,6 +415,8 @@ impl fmt::Debug for Reply {
             Reply::Delete { existed } => write!(f, "Delete(existed={existed})"),
             Reply::Stat { len, crc32c } => write!(f, "Stat(len={len}, crc={crc32c:08x})"),
             Reply::List { chunks } => write!(f, "List({} chunks)", chunks.len()),
+            Reply::ListVersions { chunks } => write!(f, "ListVersions({} chunks)", chunks.len()),
+            Reply::DeleteVersion { deleted } => write!(f, "DeleteVersion(deleted={deleted})"),
             Reply::DriveInfo(r) | Reply::DriveDetails(r) => write!(f, "{r:?}"),
         }
     }

@@ -30,6 +30,8 @@ pub fn response_len(r: &Response) -> usize {
         Ok(Reply::Delete { .. }) => 3,
         Ok(Reply::Stat { .. }) => 10,
         Ok(Reply::List { chunks }) => 1 + 1 + 4 + 24 * chunks.len(),
+        Ok(Reply::ListVersions { chunks }) => 1 + 1 + 4 + 32 * chunks.len(),
+        Ok(Reply::DeleteVersion { .. }) => 3,
         Err(f) => 1 + 2 + truncate_utf8(&f.message, MAX_TEXT).len(),
         // Drive reports: encode and measure.
         other => encode_response_batch(0, std::slice::from_ref(other))

@@ -11,7 +11,7 @@ use crate::recovery::OpenStats;
 use crate::{Result, StoreError};
 use bytes::Bytes;
 use cairn_blockdev::{BlockDevice, Completion, DeviceInfo, DmaBuf, QueuePair};
-use cairn_chunkproto::{ChunkId, TenantId};
+use cairn_chunkproto::{ChunkId, ChunkVersion, TenantId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
@@ -54,6 +54,15 @@ pub enum WriteOp<'a> {
     Delete {
         id: ChunkId,
         tenant: TenantId,
+    },
+    /// Deletes the chunk only while it is the version written with sequence
+    /// number `seq` and no earlier op of the batch touched it (see the chunk
+    /// protocol's `DeleteVersion`); otherwise nothing is written and the outcome
+    /// is `Delete { existed: false }`.
+    DeleteVersion {
+        id: ChunkId,
+        tenant: TenantId,
+        seq: u64,
     },
 }
 
@@ -436,6 +445,22 @@ impl ChunkStore {
             .range((Bound::Excluded(after), Bound::Unbounded))
             .take(limit)
             .map(|(k, e)| (*k, e.tenant))
+            .collect())
+    }
+
+    /// Like [`list`](Self::list), with the sequence number of the write that made
+    /// each chunk (its version; compaction keeps it).
+    pub fn list_versions(&self, after: ChunkId, limit: usize) -> Result<Vec<ChunkVersion>> {
+        self.check_ok()?;
+        Ok(self
+            .index
+            .range((Bound::Excluded(after), Bound::Unbounded))
+            .take(limit)
+            .map(|(k, e)| ChunkVersion {
+                id: *k,
+                tenant: e.tenant,
+                seq: e.seq,
+            })
             .collect())
     }
 

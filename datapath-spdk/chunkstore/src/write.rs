@@ -123,7 +123,9 @@ impl ChunkStore {
         let max = self.max_payload();
         for (i, op) in ops.iter().enumerate() {
             let (id, tenant) = match op {
-                WriteOp::Put { id, tenant, .. } | WriteOp::Delete { id, tenant } => (*id, *tenant),
+                WriteOp::Put { id, tenant, .. }
+                | WriteOp::Delete { id, tenant }
+                | WriteOp::DeleteVersion { id, tenant, .. } => (*id, *tenant),
             };
             let owner = match view.get(&id) {
                 Some(o) => *o,
@@ -151,8 +153,17 @@ impl ChunkStore {
                         plan.push((i, h, payload));
                     }
                 }
-                WriteOp::Delete { .. } => {
-                    if owner == Some(tenant) {
+                WriteOp::Delete { .. } | WriteOp::DeleteVersion { .. } => {
+                    // A versioned delete needs the very write it names: untouched
+                    // by this batch so far, and with that sequence number.
+                    let version_holds = match op {
+                        WriteOp::DeleteVersion { seq, .. } => {
+                            !view.contains_key(&id)
+                                && self.index.get(&id).is_some_and(|e| e.seq == *seq)
+                        }
+                        _ => true,
+                    };
+                    if owner == Some(tenant) && version_holds {
                         view.insert(id, None);
                         let h = RecordHeader {
                             kind: RecordKind::Tombstone,

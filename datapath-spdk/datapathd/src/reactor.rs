@@ -265,6 +265,16 @@ impl Drive {
                             tenant: *tenant,
                         });
                     }
+                    Request::DeleteVersion {
+                        id, tenant, seq, ..
+                    } => {
+                        wpos.push((b, i));
+                        writes.push(WriteOp::DeleteVersion {
+                            id: *id,
+                            tenant: *tenant,
+                            seq: *seq,
+                        });
+                    }
                     _ => {}
                 }
             }
@@ -272,9 +282,13 @@ impl Drive {
         if !writes.is_empty() {
             if let (None, Some((_, store))) = (&self.failed, &mut self.open) {
                 let out = store.write_batch(&writes);
-                for (&(b, i), r) in wpos.iter().zip(out) {
+                for ((&(b, i), r), w) in wpos.iter().zip(out).zip(&writes) {
+                    let versioned = matches!(w, WriteOp::DeleteVersion { .. });
                     results[b][i] = Some(match r {
                         Ok(WriteOutcome::Put) => Ok(Reply::Put),
+                        Ok(WriteOutcome::Delete { existed }) if versioned => {
+                            Ok(Reply::DeleteVersion { deleted: existed })
+                        }
                         Ok(WriteOutcome::Delete { existed }) => Ok(Reply::Delete { existed }),
                         Err(e) => Err(self.failure(e)),
                     });
@@ -292,7 +306,9 @@ impl Drive {
         for (b, (ops, _)) in batches.iter().enumerate() {
             for (i, op) in ops.iter().enumerate() {
                 let r = match op {
-                    Request::Put { .. } | Request::Delete { .. } => continue,
+                    Request::Put { .. }
+                    | Request::Delete { .. }
+                    | Request::DeleteVersion { .. } => continue,
                     Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report())),
                     Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report())),
                     _ if self.failed.is_some() || self.open.is_none() => {
@@ -313,6 +329,13 @@ impl Drive {
                             Err(e) => Err(self.failure(e)),
                         }
                     }
+                    Request::ListVersions { after, limit, .. } => match self
+                        .store()
+                        .list_versions(*after, (*limit as usize).min(MAX_LIST))
+                    {
+                        Ok(chunks) => Ok(Reply::ListVersions { chunks }),
+                        Err(e) => Err(self.failure(e)),
+                    },
                 };
                 results[b][i] = Some(r);
             }

@@ -239,6 +239,19 @@ fn with_drive(op: Request, local: u16) -> Request {
             after,
             limit,
         },
+        Request::ListVersions { after, limit, .. } => Request::ListVersions {
+            drive: local,
+            after,
+            limit,
+        },
+        Request::DeleteVersion {
+            id, tenant, seq, ..
+        } => Request::DeleteVersion {
+            drive: local,
+            id,
+            tenant,
+            seq,
+        },
         Request::DriveInfo { .. } => Request::DriveInfo { drive: local },
         Request::DriveDetails { .. } => Request::DriveDetails { drive: local },
     }

@@ -50,11 +50,7 @@ pub(super) async fn run(
     for (i, op) in ops.into_iter().enumerate() {
         match op {
             Request::Get { .. } => gets[i] = Some(op),
-            Request::List {
-                drive,
-                after,
-                limit,
-            } => {
+            Request::List { limit, .. } | Request::ListVersions { limit, .. } => {
                 let room = MAX_LISTED - listed;
                 if limit > 0 && room == 0 {
                     results[i] = Some(Err(Failure::new(
@@ -66,10 +62,18 @@ pub(super) async fn run(
                 let limit = (limit as usize).min(room);
                 listed += limit;
                 idx.push(i);
-                others.push(Request::List {
-                    drive,
-                    after,
-                    limit: limit as u32,
+                others.push(match op {
+                    Request::List { drive, after, .. } => Request::List {
+                        drive,
+                        after,
+                        limit: limit as u32,
+                    },
+                    Request::ListVersions { drive, after, .. } => Request::ListVersions {
+                        drive,
+                        after,
+                        limit: limit as u32,
+                    },
+                    other => other,
                 });
             }
             _ => {
