@@ -15,10 +15,12 @@
 //! matches, the parts of an upload) run inside the transaction, so two racing
 //! requests can never both win.
 
+mod gc;
 mod list;
 mod once;
 mod records;
 
+pub use gc::GcEpoch;
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
@@ -40,7 +42,7 @@ const PARTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("parts")
 /// Records of the layers above, written in the same transactions as the mutations
 /// they belong with (in a cluster: the Raft state machine's last applied log id,
 /// membership and the cluster map).
-const SYSTEM: TableDefinition<&str, &[u8]> = TableDefinition::new("system");
+pub(crate) const SYSTEM: TableDefinition<&str, &[u8]> = TableDefinition::new("system");
 
 /// Errors of the metadata store.
 // Serializable: in a cluster, a mutation's outcome travels back from the Raft
@@ -79,6 +81,13 @@ pub enum MetaError {
     /// no quorum, or no leader yet).
     #[error("metadata unavailable: {0}")]
     Unavailable(String),
+    /// The mutation's chunks were written in collector epoch `written_in`, and the
+    /// epoch has since advanced twice: the collector may have taken them. See
+    /// [`gc`](crate::GcEpoch).
+    #[error(
+        "the write took too long: its chunks date from collector epoch {written_in}, now {epoch}"
+    )]
+    WriteExpired { written_in: u64, epoch: u64 },
 }
 
 /// Where mutations are decided and reads are made current: the node's own
@@ -158,6 +167,9 @@ pub enum Mutation {
         key: String,
         record: ObjectRecord,
         cond: Precondition,
+        /// The collector epoch the record's chunks were written in (see [`GcEpoch`]).
+        #[serde(default)]
+        written_in: Option<u64>,
     },
     DeleteObject {
         bucket: String,
@@ -173,6 +185,8 @@ pub enum Mutation {
         upload_id: String,
         part: u32,
         record: PartRecord,
+        #[serde(default)]
+        written_in: Option<u64>,
     },
     CompleteUpload {
         bucket: String,
@@ -199,6 +213,17 @@ pub enum Mutation {
         key: String,
         extent: u128,
         moves: Vec<FragmentMove>,
+        /// The collector epoch the moved fragments were written in.
+        #[serde(default)]
+        written_in: Option<u64>,
+    },
+    /// The collector moves its epoch from `from` to `from + 1`, if no one did and
+    /// `min_interval_ms` passed since the last advance (`now_ms` is the proposer's
+    /// clock, so every replica decides alike). See [`GcEpoch`].
+    AdvanceGcEpoch {
+        from: u64,
+        now_ms: i64,
+        min_interval_ms: i64,
     },
     /// Settles the outcome of an earlier proposal of the same request id: changes
     /// nothing, and answers with that proposal's outcome if it was applied, or
@@ -337,6 +362,12 @@ impl MetaStore {
         }
         tx.commit()?;
         Ok(results)
+    }
+
+    /// The collector's epoch as this replica has applied it.
+    pub fn gc_epoch(&self) -> Result<GcEpoch, MetaError> {
+        let tx = self.db.begin_read()?;
+        gc::read(&tx.open_table(SYSTEM)?)
     }
 
     /// A system record written by [`MetaStore::apply_replicated`].
@@ -551,6 +582,23 @@ impl MetaStore {
     }
 
     /// Every extent referenced by an object or a part: what the collector must keep.
+    /// Calls `f` with every extent a manifest or an upload's part references, all
+    /// read in one transaction (one consistent state).
+    pub fn for_each_extent(&self, mut f: impl FnMut(&Extent)) -> Result<(), MetaError> {
+        let tx = self.db.begin_read()?;
+        for e in tx.open_table(OBJECTS)?.iter()? {
+            let (_, v) = e?;
+            let rec: ObjectRecord = serde_json::from_slice(v.value())?;
+            rec.extents.iter().for_each(&mut f);
+        }
+        for e in tx.open_table(PARTS)?.iter()? {
+            let (_, v) = e?;
+            let rec: PartRecord = serde_json::from_slice(v.value())?;
+            f(&rec.extent);
+        }
+        Ok(())
+    }
+
     pub fn referenced_extents(&self) -> Result<HashSet<u128>, MetaError> {
         let tx = self.db.begin_read()?;
         let mut ids = HashSet::new();
@@ -688,8 +736,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             key,
             record,
             cond,
+            written_in,
         } => {
             need_bucket(&buckets, bucket)?;
+            gc::check_written_in(tx, *written_in)?;
             let old = get_object(&objects, bucket, key)?;
             check(cond, old.as_ref())?;
             objects.insert(
@@ -731,8 +781,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             upload_id,
             part,
             record,
+            written_in,
         } => {
             need_bucket(&buckets, bucket)?;
+            gc::check_written_in(tx, *written_in)?;
             let uploads = tx.open_table(UPLOADS)?;
             if uploads
                 .get((bucket.as_str(), upload_id.as_str()))?
@@ -818,12 +870,19 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
+        Mutation::AdvanceGcEpoch {
+            from,
+            now_ms,
+            min_interval_ms,
+        } => gc::advance(tx, *from, *now_ms, *min_interval_ms),
         Mutation::MoveFragments {
             bucket,
             key,
             extent,
             moves,
+            written_in,
         } => {
+            gc::check_written_in(tx, *written_in)?;
             let Some(mut record) = get_object(&objects, bucket, key)? else {
                 return Err(MetaError::PreconditionFailed);
             };

@@ -30,6 +30,7 @@ async fn put(s: &MetaStore, b: &str, k: &str) {
         key: k.into(),
         record: obj("e", 1),
         cond: Precondition::default(),
+        written_in: None,
     })
     .await
     .unwrap();
@@ -73,6 +74,7 @@ async fn bucket_lifecycle_and_conditions() {
             key: "k".into(),
             record: obj("f", 2),
             cond,
+            written_in: None,
         })
         .await;
     assert!(matches!(r, Err(MetaError::PreconditionFailed)));
@@ -85,6 +87,7 @@ async fn bucket_lifecycle_and_conditions() {
                 if_match: Some("\"e\"".into()),
                 ..Default::default()
             },
+            written_in: None,
         })
         .await
         .unwrap();
@@ -183,6 +186,7 @@ async fn multipart_complete_checks_parts() {
                     },
                 },
             },
+            written_in: None,
         })
         .await
         .unwrap();
@@ -247,6 +251,7 @@ fn put_m(k: &str, rec: ObjectRecord) -> Mutation {
         key: k.into(),
         record: rec,
         cond: Precondition::default(),
+        written_in: None,
     }
 }
 
@@ -373,4 +378,71 @@ fn manifests_without_checksums_still_read() {
     assert!(matches_sum(None, b"anything"));
     assert!(matches_sum(Some(crc32c::crc32c(b"abc")), b"abc"));
     assert!(!matches_sum(Some(crc32c::crc32c(b"abc")), b"abd"));
+}
+
+/// The collector's epoch advances only from the value the proposer saw and not
+/// sooner than the interval it names; a write whose chunks date from two epochs
+/// back is refused and changes nothing, one from the epoch before still commits.
+#[tokio::test]
+async fn gc_epoch_fences_writes_that_took_too_long() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    assert_eq!(s.gc_epoch().unwrap(), GcEpoch::default());
+    let adv = |from, now_ms| Mutation::AdvanceGcEpoch {
+        from,
+        now_ms,
+        min_interval_ms: 1000,
+    };
+    s.apply(adv(0, 5000)).await.unwrap();
+    assert_eq!(
+        s.gc_epoch().unwrap(),
+        GcEpoch {
+            epoch: 1,
+            advanced_ms: 5000
+        }
+    );
+    // Too soon, and from a stale epoch: both change nothing.
+    assert!(matches!(
+        s.apply(adv(1, 5500)).await,
+        Err(MetaError::PreconditionFailed)
+    ));
+    assert!(matches!(
+        s.apply(adv(0, 9000)).await,
+        Err(MetaError::PreconditionFailed)
+    ));
+    s.apply(adv(1, 6000)).await.unwrap();
+    assert_eq!(s.gc_epoch().unwrap().epoch, 2);
+
+    let put = |k: &str, w| Mutation::PutObject {
+        bucket: "b".into(),
+        key: k.into(),
+        record: obj("e", 1),
+        cond: Precondition::default(),
+        written_in: w,
+    };
+    let r = s.apply(put("old", Some(0))).await;
+    assert!(
+        matches!(
+            r,
+            Err(MetaError::WriteExpired {
+                written_in: 0,
+                epoch: 2
+            })
+        ),
+        "{r:?}"
+    );
+    assert!(s.object("b", "old").unwrap().is_none());
+    s.apply(put("recent", Some(1))).await.unwrap();
+    s.apply(put("current", Some(2))).await.unwrap();
+    s.apply(put("unstamped", None)).await.unwrap();
+    let r = s
+        .apply(Mutation::MoveFragments {
+            bucket: "b".into(),
+            key: "recent".into(),
+            extent: 2,
+            moves: vec![],
+            written_in: Some(0),
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::WriteExpired { .. })), "{r:?}");
 }

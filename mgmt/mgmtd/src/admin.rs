@@ -204,6 +204,11 @@ fn fail(code: StatusCode, e: impl std::fmt::Display) -> Failure {
     (code, format!("{e}\n"))
 }
 
+/// A failure of the node itself (its metadata unreadable, say).
+pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
+    fail(StatusCode::INTERNAL_SERVER_ERROR, e)
+}
+
 impl App {
     pub(crate) fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
         match &self.target {
@@ -254,6 +259,8 @@ pub(crate) async fn serve(
         .route("/v1/scrub", get(crate::scrub::status))
         .route("/v1/scrub/start", post(crate::scrub::start))
         .route("/v1/scrub/pause", post(crate::scrub::pause))
+        .route("/v1/gc", get(crate::gc::status))
+        .route("/v1/gc/run", post(crate::gc::run))
         .route("/v1/cluster/init", post(cluster_init))
         .route("/v1/cluster/join", post(cluster_join))
         .route("/v1/cluster/status", get(cluster_status))

@@ -8,10 +8,11 @@
 mod admin;
 mod cluster;
 mod credentials;
+mod gc;
 mod scrub;
 
 pub use admin::{DriveStatus, NodeDrives, NodeStatus};
-pub use cairn_objects::{ScrubPass, ScrubState, ScrubStatus};
+pub use cairn_objects::{GcRound, GcStatus, ScrubPass, ScrubState, ScrubStatus};
 pub use cluster::{ClusterOpts, ClusterStatus, NodeView};
 pub use credentials::{
     load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,

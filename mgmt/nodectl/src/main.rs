@@ -6,6 +6,7 @@ mod cluster;
 mod dev;
 mod devcluster;
 mod drives;
+mod gc;
 mod nodeos;
 mod scrub;
 mod status;
@@ -78,12 +79,37 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ScrubCmd,
     },
+    /// Run the node's collector now: delete the chunks no object references
+    /// (writes that failed, old copies a repair replaced), or with `status` show
+    /// what it did last.
+    Gc {
+        #[command(subcommand)]
+        cmd: Option<GcCmd>,
+        #[command(flatten)]
+        target: cluster::Target,
+        /// Only report what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Drives, capacity, objects and health of a node.
     Status {
         /// The node's data directory (as given to `dev up`).
         #[arg(long, default_value = "./cairn-data")]
         data: PathBuf,
         /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum GcCmd {
+    /// The collector's epoch, waiting chunks and last round.
+    Status {
+        #[command(flatten)]
+        target: cluster::Target,
         #[arg(long)]
         json: bool,
     },
@@ -275,6 +301,16 @@ async fn main() -> std::process::ExitCode {
         Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Drives { target, json } => drives::show(&target, json).await,
         Cmd::Status { data, json } => status::show(&data, json).await,
+        Cmd::Gc {
+            cmd: Some(GcCmd::Status { target, json }),
+            ..
+        } => gc::status(&target, json).await,
+        Cmd::Gc {
+            cmd: None,
+            target,
+            dry_run,
+            json,
+        } => gc::run(&target, dry_run, json).await,
         Cmd::Scrub { cmd } => match cmd {
             ScrubCmd::Status { target, json } => scrub::status(&target, json).await,
             ScrubCmd::Start { target, wait, json } => scrub::start(&target, wait, json).await,

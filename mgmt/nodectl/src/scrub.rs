@@ -125,7 +125,7 @@ fn progress(p: &ScrubPass, state: ScrubState) -> String {
     )
 }
 
-fn duration(secs: u64) -> String {
+pub(crate) fn duration(secs: u64) -> String {
     match secs {
         s if s >= 86_400 => format!("{:.1} d", s as f64 / 86_400.0),
         s if s >= 3600 => format!("{:.1} h", s as f64 / 3600.0),
@@ -135,7 +135,7 @@ fn duration(secs: u64) -> String {
 }
 
 /// A time as seconds from now ("in 3.0 d", "12 s ago").
-fn when(ms: i64) -> String {
+pub(crate) fn when(ms: i64) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -14,6 +14,7 @@
 
 mod commit;
 mod fabric;
+mod gc;
 mod health;
 mod pins;
 mod placement;
@@ -23,6 +24,7 @@ mod scrub;
 mod write;
 
 pub use fabric::{Fabric, Route};
+pub use gc::{GcConfig, GcRound, GcStatus};
 pub use health::DriveHealth;
 pub use placement::{place, Candidates};
 pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
@@ -113,6 +115,8 @@ pub struct StoreConfig {
     pub abandoned_upload_age: Option<std::time::Duration>,
     /// The scrubber's rate and schedule.
     pub scrub: ScrubConfig,
+    /// The collector's schedule and pace.
+    pub gc: GcConfig,
 }
 
 impl StoreConfig {
@@ -133,6 +137,7 @@ impl StoreConfig {
             // lifecycle rule says otherwise.
             abandoned_upload_age: Some(std::time::Duration::from_secs(24 * 3600)),
             scrub: ScrubConfig::default(),
+            gc: GcConfig::default(),
         }
     }
 
@@ -211,6 +216,9 @@ pub struct Written {
     pub extent: Extent,
     /// Hex MD5 of the bytes.
     pub md5: String,
+    /// The collector epoch when the first chunk was written: the commit carries it
+    /// (see [`cairn_meta::GcEpoch`]).
+    pub written_in: u64,
 }
 
 /// A summary for `nodectl status`.
@@ -240,6 +248,7 @@ pub struct ObjectStore {
     codecs: Arc<Codecs>,
     counters: Arc<Counters>,
     scrub: Scrubber,
+    gc: gc::Collector,
     readers: pins::Readers,
 }
 
@@ -297,6 +306,7 @@ impl ObjectStore {
             codecs: Arc::new(Codecs::default()),
             counters: Arc::new(Counters::default()),
             scrub: Scrubber::new(cfg.scrub),
+            gc: gc::Collector::default(),
             readers: pins::Readers::default(),
             cfg,
         }))
@@ -309,6 +319,12 @@ impl ObjectStore {
     /// The chunk fabric.
     pub fn fabric(&self) -> &Fabric {
         &self.chunks
+    }
+
+    /// The collector epoch of this replica's metadata: read before a write's first
+    /// chunk and carried by its commit.
+    pub(crate) fn gc_epoch(&self) -> Result<u64, ObjectError> {
+        Ok(self.meta.gc_epoch()?.epoch)
     }
 
     /// Makes local metadata reads current (in a cluster: a read barrier).
@@ -345,6 +361,7 @@ impl ObjectStore {
         health::spawn_poller(self.health.clone(), self.chunks.clone());
         tokio::spawn(self.clone().scrub_loop());
         tokio::spawn(self.clone().watch_damage());
+        tokio::spawn(self.clone().gc_loop());
         if let Some(age) = self.cfg.abandoned_upload_age {
             let me = self.clone();
             tokio::spawn(async move {
@@ -568,7 +585,8 @@ impl ObjectStore {
             user_meta: attrs.user_meta,
             extents: vec![written.extent],
         };
-        self.commit_object(tenant, bucket, key, record, cond).await
+        self.commit_object(tenant, bucket, key, record, cond, written.written_in)
+            .await
     }
 
     async fn commit_object(
@@ -578,6 +596,7 @@ impl ObjectStore {
         key: &str,
         record: ObjectRecord,
         cond: Precondition,
+        written_in: u64,
     ) -> Result<ObjectRecord, ObjectError> {
         let written = record.extents.clone();
         self.commit(
@@ -587,6 +606,7 @@ impl ObjectStore {
                 key: key.to_string(),
                 record,
                 cond,
+                written_in: Some(written_in),
             },
             written,
         )
@@ -660,8 +680,15 @@ impl ObjectStore {
             user_meta: attrs.user_meta,
             extents: vec![written.extent],
         };
-        self.commit_object(tenant, dst_bucket, dst_key, record, cond)
-            .await
+        self.commit_object(
+            tenant,
+            dst_bucket,
+            dst_key,
+            record,
+            cond,
+            written.written_in,
+        )
+        .await
     }
 
     /// The bytes `start..end` of an object, verified, as a stream of buffers.
@@ -771,6 +798,7 @@ impl ObjectStore {
                     modified_ms: cairn_meta::now_ms(),
                     extent: written.extent,
                 },
+                written_in: Some(written.written_in),
             },
             vec![extent],
         )

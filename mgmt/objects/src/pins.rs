@@ -39,7 +39,7 @@ impl Readers {
         }
     }
 
-    fn any_pinned(&self, extents: &[u128]) -> bool {
+    pub(crate) fn any_pinned(&self, extents: &[u128]) -> bool {
         let m = self.lock();
         extents.iter().any(|e| m.contains_key(e))
     }

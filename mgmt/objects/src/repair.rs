@@ -236,6 +236,8 @@ impl ObjectStore {
     ) -> Result<(), ObjectError> {
         let candidates = self.placement_view();
         for e in &rec.extents {
+            // Before any fragment is written: the commit must say when they were.
+            let written_in = self.gc_epoch()?;
             let mut moves = Vec::new();
             let mut stale = Vec::new();
             match &e.layout {
@@ -374,6 +376,7 @@ impl ObjectStore {
                         key: key.to_string(),
                         extent: e.id,
                         moves,
+                        written_in: Some(written_in),
                     },
                     Vec::new(),
                 )

@@ -104,6 +104,7 @@ impl ObjectStore {
             max,
             done: false,
         };
+        let written_in = self.gc_epoch()?;
         let id = rand::random::<u128>() >> 32;
         let mut unfinished = Unfinished {
             chunks: self.chunks.clone(),
@@ -134,6 +135,7 @@ impl ObjectStore {
         Ok(Written {
             md5: hex::encode(body.md5.finalize_reset()),
             extent,
+            written_in,
         })
     }
 

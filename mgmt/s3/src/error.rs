@@ -24,6 +24,14 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 s3_error!(InvalidPartOrder, "parts must be in ascending order")
             }
             e @ MetaError::EntityTooSmall { .. } => s3_error!(EntityTooSmall, "{e}"),
+            // Retried by the SDKs (a transient error for them): the body is sent again.
+            e @ MetaError::WriteExpired { .. } => {
+                tracing::warn!("{e}");
+                s3_error!(
+                    RequestTimeout,
+                    "the upload took longer than the collector allows; send it again"
+                )
+            }
             // The details (node ids, addresses) are for the log, not the client.
             e @ MetaError::Unavailable(_) => {
                 tracing::warn!("{e}");

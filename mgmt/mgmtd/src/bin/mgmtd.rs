@@ -75,6 +75,15 @@ struct Args {
     /// drive was full or failed when their object was written).
     #[arg(long, env = "CAIRN_REPAIR_EVERY", default_value_t = 5)]
     repair_every: u64,
+    /// Seconds between collector rounds, which delete chunks no object references;
+    /// also the least time a write has between its first chunk and its commit, and
+    /// garbage goes two to three of these after it was made (0: rounds only with
+    /// `nodectl gc`).
+    #[arg(long, env = "CAIRN_GC_EVERY", default_value_t = 3600)]
+    gc_every: u64,
+    /// Chunks the collector deletes per second at most.
+    #[arg(long, env = "CAIRN_GC_RATE", default_value_t = 2000)]
+    gc_rate: u32,
 }
 
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
@@ -108,6 +117,10 @@ async fn main() -> std::process::ExitCode {
     store.scrub = cairn_objects::ScrubConfig {
         rate: args.scrub_rate_mib.max(1) << 20,
         every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),
+    };
+    store.gc = cairn_objects::GcConfig {
+        every: (args.gc_every > 0).then(|| std::time::Duration::from_secs(args.gc_every)),
+        rate: args.gc_rate.max(1),
     };
     let root = match RootCredentials::resolve(&args.data, false) {
         Ok((c, _)) => c,
