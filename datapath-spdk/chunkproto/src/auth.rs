@@ -83,9 +83,8 @@ impl LocalKey {
     }
 
     /// Reads the key file, or creates it with a fresh random key (mode 0600,
-    /// written to a temporary file, synced and renamed, so a reader never sees a
-    /// partial key). Two processes racing to create it agree: the second's
-    /// `hard_link` finds the first's key in place and it reads that one.
+    /// complete or absent, never partial). Two processes racing to create it
+    /// agree: the second finds the first's key in place and reads that one.
     pub fn load_or_create(path: &Path) -> Result<LocalKey, ProtoError> {
         match LocalKey::load(path) {
             Ok(k) => return Ok(k),
@@ -99,33 +98,11 @@ impl LocalKey {
         SystemRandom::new()
             .fill(&mut raw)
             .map_err(|_| ProtoError::Auth("no randomness for a chunk key".into()))?;
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&raw)?;
-            f.sync_all()?;
-        }
-        // `hard_link` fails if the key appeared meanwhile: then the other
-        // process's key is the one both use.
-        let linked = std::fs::hard_link(&tmp, path);
-        let _ = std::fs::remove_file(&tmp);
-        match linked {
-            Ok(()) => {
-                if let Some(dir) = path.parent() {
-                    if let Ok(d) = std::fs::File::open(dir) {
-                        let _ = d.sync_all();
-                    }
-                }
-                Ok(LocalKey::from_bytes(&raw))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => LocalKey::load(path),
-            Err(e) => Err(e.into()),
+        // First writer wins: a process racing this one gets its key instead.
+        if cairn_sysutil::create_once(path, &raw, Some(0o600))? {
+            Ok(LocalKey::from_bytes(&raw))
+        } else {
+            LocalKey::load(path)
         }
     }
 

@@ -197,20 +197,9 @@ impl Transport {
     }
 }
 
-/// Writes a file atomically with `mode`.
+/// Writes a file atomically and durably with `mode`.
 fn write_private(path: &std::path::Path, body: &str, mode: u32) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(body.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
+    cairn_sysutil::write_atomic(path, body.as_bytes(), Some(mode))
 }
 
 /// Settings of the cluster layer.

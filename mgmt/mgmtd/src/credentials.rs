@@ -5,8 +5,6 @@
 use crate::{io_err, MgmtError};
 use rand::distr::{Alphanumeric, SampleString};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub const ENV_ACCESS_KEY: &str = "CAIRN_ROOT_ACCESS_KEY";
@@ -76,7 +74,10 @@ impl RootCredentials {
                 };
                 std::fs::create_dir_all(data)
                     .map_err(io_err(format!("create {}", data.display())))?;
-                write_private(&path, &serde_json::to_vec_pretty(&c).unwrap_or_default())?;
+                if !write_private(&path, &serde_json::to_vec_pretty(&c).unwrap_or_default())? {
+                    // Another process generated them meanwhile: use those.
+                    return Self::resolve(data, false);
+                }
                 Ok((c, Origin::Generated))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(MgmtError::Config(format!(
@@ -113,7 +114,9 @@ pub fn load_or_create_admin_token(data: &Path) -> Result<String, MgmtError> {
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let t = Alphanumeric.sample_string(&mut rand::rng(), 48);
-            write_private(&path, t.as_bytes())?;
+            if !write_private(&path, t.as_bytes())? {
+                return load_or_create_admin_token(data);
+            }
             Ok(t)
         }
         Err(e) => Err(io_err(format!("read {}", path.display()))(e)),
@@ -128,14 +131,9 @@ pub fn read_admin_token(data: &Path) -> Result<String, MgmtError> {
         .map_err(io_err(format!("read {}", path.display())))
 }
 
-fn write_private(path: &Path, data: &[u8]) -> Result<(), MgmtError> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(format!("create {}", path.display())))?;
-    f.write_all(data)
-        .and_then(|_| f.sync_all())
-        .map_err(io_err(format!("write {}", path.display())))
+/// Creates a secret file, mode 0600, complete or not at all; `false` if another
+/// process created it first (its content is then the one to use).
+fn write_private(path: &Path, data: &[u8]) -> Result<bool, MgmtError> {
+    cairn_sysutil::create_once(path, data, Some(0o600))
+        .map_err(io_err(format!("create {}", path.display())))
 }

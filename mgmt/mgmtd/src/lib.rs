@@ -367,9 +367,9 @@ async fn wait_for_signal() {
     }
 }
 
-/// Writes a file so that readers see either nothing or all of it.
+/// Writes a file so that readers (and a restart after a crash) see the old
+/// content or the new, never a torn file.
 pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), MgmtError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, data).map_err(io_err(format!("write {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io_err(format!("rename to {}", path.display())))
+    cairn_sysutil::write_atomic(path, data, None)
+        .map_err(io_err(format!("write {}", path.display())))
 }

@@ -421,7 +421,9 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
 
 fn write_state(run: &Path, s: &DevState) -> Result<(), NodectlError> {
     let body = serde_json::to_vec_pretty(s).unwrap_or_default();
-    cairn_mgmtd::write_atomic(&run.join("dev.json"), &body)?;
+    let path = run.join("dev.json");
+    cairn_sysutil::write_atomic(&path, &body, None)
+        .map_err(crate::io_err(format!("write {}", path.display())))?;
     Ok(())
 }
 

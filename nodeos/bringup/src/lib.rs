@@ -132,27 +132,5 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), NodeosError
 }
 
 pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), NodeosError> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    // open() keeps the mode of an existing file; a secret must not inherit a looser one.
-    f.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(io_err(&tmp))?;
-    f.write_all(bytes).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
+    cairn_sysutil::write_atomic(path, bytes, Some(mode)).map_err(io_err(path))
 }

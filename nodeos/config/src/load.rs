@@ -5,8 +5,6 @@
 use crate::{ConfigError, NodeConfig};
 use base64::Engine;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The filesystem label of the config volume.
@@ -90,24 +88,7 @@ pub fn persist(text: &str, state_file: &Path) -> Result<(), ConfigError> {
         path: state_file.display().to_string(),
         err,
     };
-    if let Some(dir) = state_file.parent() {
-        fs::create_dir_all(dir).map_err(io)?;
-    }
-    let tmp = state_file.with_extension("toml.tmp");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io)?;
-    // The mode of an existing tmp file is not changed by open(); set it explicitly.
-    f.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(io)?;
-    f.write_all(text.as_bytes()).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    fs::rename(&tmp, state_file).map_err(io)?;
-    Ok(())
+    cairn_sysutil::write_atomic(state_file, text.as_bytes(), Some(0o600)).map_err(io)
 }
 
 fn read_if_exists(p: &Path) -> Result<Option<String>, ConfigError> {

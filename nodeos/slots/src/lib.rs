@@ -201,19 +201,9 @@ fn drop_cache(f: &File) {
 /// Write `bytes` to `path` so that a power cut leaves the old file or the new one: a
 /// temporary file in the same directory, fsync, rename, fsync of the directory.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SlotError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // A name systemd-boot ignores (it only reads `*.conf`).
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(bytes).map_err(io_err(&tmp))?;
-    f.sync_all().map_err(io_err(&tmp))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io_err(path))?;
-    sync_dir(dir)
+    // No mode: the ESP's FAT refuses a chmod. The temporary's name ends in `.tmp`,
+    // which systemd-boot ignores (it only reads `*.conf`).
+    cairn_sysutil::write_atomic(path, bytes, None).map_err(io_err(path))
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), SlotError> {
