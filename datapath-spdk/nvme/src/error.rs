@@ -53,7 +53,10 @@ pub enum NvmeError {
     /// No free I/O queue id on the controller.
     #[error("{0}: no I/O queue left (the controller granted {1})")]
     NoQueue(String, u16),
-    /// A sysfs operation of the vfio-pci binding helper failed.
+    /// Moving a function to vfio-pci (or back) failed.
+    #[error("{0}")]
+    Bind(#[from] cairn_sysutil::pci::PciError),
+    /// A sysfs read of the controller discovery failed.
     #[error("sysfs {path}: {source}")]
     Sysfs {
         path: String,

@@ -6,7 +6,7 @@
 
 use crate::{NvmeError, Result};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// PCI class code of an NVMe controller (mass storage, non-volatile memory, NVMe).
 pub const NVME_CLASS: u32 = 0x010802;
@@ -60,62 +60,25 @@ impl fmt::Display for Bdf {
     }
 }
 
-fn write_attr(path: PathBuf, value: &str) -> Result<()> {
-    std::fs::write(&path, value).map_err(|source| NvmeError::Sysfs {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-fn device_dir(sysfs: &Path, bdf: &Bdf) -> Result<PathBuf> {
-    let dir = sysfs.join("bus/pci/devices").join(bdf.to_string());
-    if !dir.exists() {
-        return Err(NvmeError::Sysfs {
-            path: dir.display().to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such PCI device"),
-        });
-    }
-    Ok(dir)
-}
-
 /// The driver bound to a function, if any.
 pub fn bound_driver(sysfs: &Path, bdf: &Bdf) -> Option<String> {
-    let link = sysfs
-        .join("bus/pci/devices")
-        .join(bdf.to_string())
-        .join("driver");
-    std::fs::read_link(link)
-        .ok()?
-        .file_name()?
-        .to_str()
-        .map(str::to_string)
+    cairn_sysutil::pci::driver_of(sysfs, &bdf.to_string())
 }
 
-/// Binds a PCI function to vfio-pci: unbinds its current driver, sets
-/// `driver_override` so no other driver takes it, and binds vfio-pci. Idempotent.
+/// Binds a PCI function to vfio-pci (override, unbind, bind: see
+/// [`cairn_sysutil::pci`]). Idempotent.
 pub fn bind_vfio(sysfs: &Path, bdf: &Bdf) -> Result<()> {
-    let dir = device_dir(sysfs, bdf)?;
-    match bound_driver(sysfs, bdf).as_deref() {
-        Some("vfio-pci") => return Ok(()),
-        Some(_) => write_attr(dir.join("driver/unbind"), &bdf.to_string())?,
-        None => {}
-    }
-    write_attr(dir.join("driver_override"), "vfio-pci")?;
-    write_attr(
-        sysfs.join("bus/pci/drivers/vfio-pci/bind"),
-        &bdf.to_string(),
-    )
+    cairn_sysutil::pci::bind_driver(sysfs, &bdf.to_string(), "vfio-pci")?;
+    Ok(())
 }
 
-/// Gives a function back to the kernel: unbinds vfio-pci, clears
-/// `driver_override`, and asks the kernel to probe a driver for it (nvme).
+/// Gives a function back to the kernel's nvme driver, clearing the override.
 pub fn unbind_vfio(sysfs: &Path, bdf: &Bdf) -> Result<()> {
-    let dir = device_dir(sysfs, bdf)?;
-    if bound_driver(sysfs, bdf).as_deref() == Some("vfio-pci") {
-        write_attr(dir.join("driver/unbind"), &bdf.to_string())?;
-    }
-    write_attr(dir.join("driver_override"), "\n")?;
-    write_attr(sysfs.join("bus/pci/drivers_probe"), &bdf.to_string())
+    Ok(cairn_sysutil::pci::release_to(
+        sysfs,
+        &bdf.to_string(),
+        "nvme",
+    )?)
 }
 
 /// Every PCI function whose class is NVMe, in address order.
@@ -184,6 +147,17 @@ mod tests {
         let nvme = r.join("bus/pci/devices/0000:00:04.0");
         std::fs::create_dir_all(&nvme).unwrap();
         std::fs::write(nvme.join("class"), "0x010802\n").unwrap();
+        // The attributes the kernel provides (written, never created).
+        for a in [
+            "bus/pci/drivers/nvme/bind",
+            "bus/pci/drivers/nvme/unbind",
+            "bus/pci/drivers/vfio-pci/bind",
+            "bus/pci/drivers/vfio-pci/unbind",
+            "bus/pci/drivers_probe",
+            "bus/pci/devices/0000:00:04.0/driver_override",
+        ] {
+            std::fs::write(r.join(a), "").unwrap();
+        }
         std::os::unix::fs::symlink(r.join("bus/pci/drivers/nvme"), nvme.join("driver")).unwrap();
         let nic = r.join("bus/pci/devices/0000:00:03.0");
         std::fs::create_dir_all(&nic).unwrap();
@@ -192,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn bind_writes_unbind_override_and_bind() {
+    fn bind_writes_override_unbind_and_bind() {
         let t = fake_sysfs();
         let r = t.path();
         let b: Bdf = "0000:00:04.0".parse().unwrap();
@@ -210,17 +184,14 @@ mod tests {
         let dev = r.join("bus/pci/devices/0000:00:04.0");
         std::fs::remove_file(dev.join("driver")).unwrap();
         std::os::unix::fs::symlink(r.join("bus/pci/drivers/vfio-pci"), dev.join("driver")).unwrap();
-        std::fs::remove_file(r.join("bus/pci/drivers/vfio-pci/bind")).unwrap();
+        std::fs::write(r.join("bus/pci/drivers/vfio-pci/bind"), "").unwrap();
         bind_vfio(r, &b).unwrap();
-        assert!(!r.join("bus/pci/drivers/vfio-pci/bind").exists());
+        assert_eq!(read("bus/pci/drivers/vfio-pci/bind"), "");
         unbind_vfio(r, &b).unwrap();
         assert_eq!(read("bus/pci/drivers/vfio-pci/unbind"), "0000:00:04.0");
         assert_eq!(read("bus/pci/devices/0000:00:04.0/driver_override"), "\n");
-        assert_eq!(read("bus/pci/drivers_probe"), "0000:00:04.0");
+        assert_eq!(read("bus/pci/drivers/nvme/bind"), "0000:00:04.0");
         let missing: Bdf = "0000:00:09.0".parse().unwrap();
-        assert!(matches!(
-            bind_vfio(r, &missing),
-            Err(NvmeError::Sysfs { .. })
-        ));
+        assert!(matches!(bind_vfio(r, &missing), Err(NvmeError::Bind(_))));
     }
 }

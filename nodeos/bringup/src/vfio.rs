@@ -11,7 +11,8 @@
 
 use crate::drives::is_pci_address;
 use crate::NodeosError;
-use std::io::Write;
+pub use cairn_sysutil::pci::driver_of;
+use cairn_sysutil::pci::{device_dir, iommu_group, PciError};
 use std::path::{Path, PathBuf};
 
 pub const VFIO_DRIVER: &str = "vfio-pci";
@@ -32,8 +33,8 @@ pub struct Binding {
     pub already_bound: bool,
 }
 
-fn device_dir(sys: &Path, bdf: &str) -> PathBuf {
-    sys.join("bus/pci/devices").join(bdf)
+fn pci(bdf: &str) -> impl FnOnce(PciError) -> NodeosError + '_ {
+    move |e| err(bdf, e.to_string())
 }
 
 fn err(bdf: &str, message: impl Into<String>) -> NodeosError {
@@ -41,27 +42,6 @@ fn err(bdf: &str, message: impl Into<String>) -> NodeosError {
         device: bdf.to_string(),
         message: message.into(),
     }
-}
-
-/// The driver a PCI device is bound to, from its `driver` link.
-pub fn driver_of(sys: &Path, bdf: &str) -> Option<String> {
-    let link = std::fs::read_link(device_dir(sys, bdf).join("driver")).ok()?;
-    link.file_name().map(|n| n.to_string_lossy().into_owned())
-}
-
-fn iommu_group(sys: &Path, bdf: &str) -> Option<String> {
-    let link = std::fs::read_link(device_dir(sys, bdf).join("iommu_group")).ok()?;
-    link.file_name().map(|n| n.to_string_lossy().into_owned())
-}
-
-/// Write a sysfs attribute: one write, no create (a missing attribute is an error).
-fn write_attr(path: &Path, value: &str, bdf: &str) -> Result<(), NodeosError> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(path)
-        .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e| err(bdf, format!("write `{value}` to {}: {e}", path.display())))
 }
 
 /// Bind `bdf` to vfio-pci. Checks first that the device exists, has an IOMMU group and
@@ -91,25 +71,11 @@ pub fn bind(sys: &Path, bdf: &str) -> Result<Binding, NodeosError> {
             already_bound: true,
         });
     }
-    let vfio_dir = sys.join("bus/pci/drivers").join(VFIO_DRIVER);
-    if !vfio_dir.is_dir() {
-        return Err(err(
-            bdf,
-            format!(
-                "{VFIO_DRIVER} is not loaded ({} is missing)",
-                vfio_dir.display()
-            ),
-        ));
-    }
-    write_attr(&dev.join("driver_override"), VFIO_DRIVER, bdf)?;
-    if current.is_some() {
-        write_attr(&dev.join("driver/unbind"), bdf, bdf)?;
-    }
-    write_attr(&vfio_dir.join("bind"), bdf, bdf)?;
+    let previous = cairn_sysutil::pci::bind_driver(sys, bdf, VFIO_DRIVER).map_err(pci(bdf))?;
     Ok(Binding {
         pci_address: bdf.to_string(),
         iommu_group: group,
-        previous_driver: current,
+        previous_driver: previous,
         already_bound: false,
     })
 }
@@ -242,24 +208,7 @@ pub fn release(sys: &Path, proc: &Path, bdf: &str, force: bool) -> Result<Releas
             }
         }
     }
-    // "\n" clears the override (an empty write is refused by the kernel).
-    write_attr(&dev.join("driver_override"), "\n", bdf)?;
-    if current.is_some() {
-        write_attr(&dev.join("driver/unbind"), bdf, bdf)?;
-    }
-    if let Err(bind) = write_attr(&nvme_dir.join("bind"), bdf, bdf) {
-        // Let the kernel pick a driver rather than leave the controller without one.
-        return match write_attr(&sys.join("bus/pci/drivers_probe"), bdf, bdf) {
-            Ok(()) => Err(err(
-                bdf,
-                format!("{bind}; asked the kernel to probe a driver for it instead"),
-            )),
-            Err(probe) => Err(err(
-                bdf,
-                format!("{bind}; {probe}; it has no driver until the next boot"),
-            )),
-        };
-    }
+    cairn_sysutil::pci::release_to(sys, bdf, NVME_DRIVER).map_err(pci(bdf))?;
     Ok(Release {
         pci_address: bdf.to_string(),
         already_released: false,
