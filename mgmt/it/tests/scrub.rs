@@ -302,3 +302,68 @@ async fn hundreds_of_random_flips_then_one_pass_leaves_nothing_bad() {
         "all rebuilt by the scrub"
     );
 }
+
+/// A pass cut short by a crash of mgmtd is owed, and run at the next start
+/// without anyone asking (as is one owed for damage a datapathd reported just
+/// before it crashed again); once it completes, nothing is owed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_cut_by_a_crash_is_run_at_the_next_start() {
+    let mut node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_SCRUB_RATE_MIB", "1"), ("CAIRN_SCRUB_EVERY", "0")],
+        ..Default::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket("owed").send().await.unwrap();
+    for i in 0..4 {
+        put(
+            &c,
+            "owed",
+            &format!("k{i}"),
+            &random_bytes(4 << 20, 500 + i),
+        )
+        .await
+        .unwrap();
+    }
+    // Both daemons restarted, so that nothing but an owed pass could start one
+    // (drives formatted blank at datapathd's start count as damage to scrub).
+    let restart_both = |node: &mut Node| {
+        node.kill_mgmtd();
+        node.kill_datapathd();
+        node.start_datapathd();
+        node.start_mgmtd();
+    };
+    restart_both(&mut node);
+    let owed_file = node.state_dir().join("scrub.owed");
+    let quiet = |node: &Node| {
+        let s = node.admin("GET", "/v1/scrub");
+        assert_eq!(s["passes"], 0, "{s}");
+        assert!(s["current"].is_null(), "{s}");
+        assert_eq!(s["owed"], false, "{s}");
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    quiet(&node);
+    assert!(!owed_file.exists());
+    node.admin("POST", "/v1/scrub/start");
+    // At 1 MiB/s the pass takes many seconds: it is under way, and owed.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let s = node.admin("GET", "/v1/scrub");
+    assert!(!s["current"].is_null(), "{s}");
+    assert_eq!(s["owed"], true, "{s}");
+    assert!(owed_file.exists());
+    node.kill_mgmtd();
+
+    // Back at full speed (datapathd restarted too); no one starts a pass.
+    node.opts.mgmtd_env = vec![("CAIRN_SCRUB_EVERY", "0")];
+    node.kill_datapathd();
+    node.start_datapathd();
+    node.start_mgmtd();
+    let s = node.wait_scrub_passes(1).await;
+    assert!(s["last"]["fragments"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["owed"], false, "{s}");
+    assert!(!owed_file.exists(), "paid, yet still recorded as owed");
+
+    // With nothing owed, a restart starts no pass.
+    restart_both(&mut node);
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    quiet(&node);
+}

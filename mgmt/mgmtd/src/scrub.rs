@@ -11,6 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 const LAST_PASS_FILE: &str = "scrub.json";
+/// Present while a pass is owed (started and not completed).
+const OWED_FILE: &str = "scrub.owed";
 
 /// Restores the last completed pass from `data` and keeps it up to date there.
 /// Call before the store's background tasks start.
@@ -28,6 +30,34 @@ pub(crate) fn keep_last_pass(store: &Arc<ObjectStore>, data: &Path) {
             tracing::warn!(path = %path.display(), "last scrub pass unreadable, ignored: {e}")
         }
     }
+    // A pass owed from before (cut by a crash): run it now. The file goes only
+    // once a pass completes.
+    let owed_path = data.join(OWED_FILE);
+    if owed_path.exists() {
+        tracing::info!("a scrub pass was owed before the restart: scrubbing now");
+        store.scrubber().owe();
+    }
+    let mut owed = store.scrubber().watch_owed();
+    tokio::spawn(async move {
+        while owed.changed().await.is_ok() {
+            let now = *owed.borrow_and_update();
+            let res = if now {
+                cairn_sysutil::write_atomic(&owed_path, b"owed\n", None)
+            } else {
+                std::fs::remove_file(&owed_path)
+                    .or_else(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => Ok(()),
+                        _ => Err(e),
+                    })
+                    .and_then(|()| {
+                        cairn_sysutil::sync_dir(owed_path.parent().unwrap_or(Path::new(".")))
+                    })
+            };
+            if let Err(e) = res {
+                tracing::warn!(path = %owed_path.display(), "cannot record the owed scrub pass: {e}");
+            }
+        }
+    });
     let mut finished = store.scrubber().watch_finished();
     let store = Arc::downgrade(store);
     tokio::spawn(async move {

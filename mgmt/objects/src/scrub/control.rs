@@ -84,6 +84,12 @@ pub struct ScrubStatus {
     /// When the next pass starts on its own, unless paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_ms: Option<i64>,
+    /// A whole pass is owed: one was started (by damage found, the schedule or an
+    /// operator) and has not completed. Kept across restarts by the caller, so a
+    /// pass cut short by a crash — or damage reported by a datapathd that then
+    /// crashed again before the pass — is run at the next start.
+    #[serde(default)]
+    pub owed: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,6 +106,8 @@ pub struct Scrubber {
     status: Mutex<ScrubStatus>,
     pub(super) control: watch::Sender<Control>,
     pub(super) finished: watch::Sender<u64>,
+    /// Whether a pass is owed (see [`ScrubStatus::owed`]), for the caller to keep.
+    pub(super) owed: watch::Sender<bool>,
     started_at: Instant,
 }
 
@@ -114,6 +122,7 @@ impl Scrubber {
             }),
             control: watch::channel(Control::default()).0,
             finished: watch::channel(0).0,
+            owed: watch::channel(false).0,
             started_at: Instant::now(),
         }
     }
@@ -131,6 +140,28 @@ impl Scrubber {
                 c.kicks += 1;
             }
         });
+    }
+
+    /// A whole pass is needed (damage was found, or a pass owed from before a
+    /// restart): one starts now, or right after the one under way, which may have
+    /// gone past the damage already. Not held back by a pause made before.
+    pub fn owe(&self) {
+        self.set_owed(true);
+        self.control.send_modify(|c| {
+            c.paused = false;
+            c.kicks += 1;
+        });
+    }
+
+    /// Ticks when a pass becomes owed or is paid (for the caller to persist).
+    pub fn watch_owed(&self) -> watch::Receiver<bool> {
+        self.owed.subscribe()
+    }
+
+    pub(super) fn set_owed(&self, owed: bool) {
+        self.lock().owed = owed;
+        self.owed
+            .send_if_modified(|o| std::mem::replace(o, owed) != owed);
     }
 
     /// Pauses the running pass (and the schedule) until `start`. Not kept across

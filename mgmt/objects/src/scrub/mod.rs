@@ -96,6 +96,7 @@ impl ObjectStore {
             };
             kicks = ctl.borrow().kicks;
             tracing::info!(on_demand = kicked, "scrub pass starting");
+            self.scrub.set_owed(true);
             match self.scrub_pass(&mut ctl).await {
                 Ok(p) => {
                     tracing::info!(
@@ -112,6 +113,10 @@ impl ObjectStore {
                         s.current = None;
                         s.last = Some(p);
                     });
+                    // Paid, unless another pass was asked for meanwhile.
+                    if ctl.borrow().kicks == kicks {
+                        self.scrub.set_owed(false);
+                    }
                     self.scrub.finished.send_modify(|n| *n += 1);
                 }
                 Err(e) => {
@@ -134,7 +139,7 @@ impl ObjectStore {
                 let damaged = now.iter().any(|(_, c)| c.iter().any(|&n| n > 0));
                 if damaged && seen.as_ref() != Some(&now) {
                     tracing::warn!(drives = ?now, "drives found damage when opened: scrubbing now");
-                    self.scrub.start();
+                    self.scrub.owe();
                 }
                 seen = Some(now);
             }
