@@ -263,6 +263,11 @@ async fn removed_and_truncated_drives_fail_and_reads_go_on() {
     std::fs::remove_file(node.drive_path(1)).unwrap();
     let s = wait_drive_state(&node, 1, "failed").await;
     assert_eq!(s["health"], "degraded");
+    // The objects with a fragment or copy on it are counted short, none lost.
+    let p = &node.status()["objects_protection"];
+    assert_eq!(p["objects"], 5, "{p}");
+    assert!(p["degraded"].as_u64().unwrap() >= 1, "{p}");
+    assert_eq!(p["lost"], 0, "{p}");
     for (i, data) in objects.iter().enumerate() {
         assert_eq!(&get(&c, "drv", &format!("o{i}")).await.unwrap(), data);
     }

@@ -34,6 +34,10 @@ async fn fragments_never_placed_are_rebuilt_once_their_drive_is_back() {
         put(&c, "short", &format!("k{i}"), &d).await.unwrap();
         objs.push(d);
     }
+    // Status counts the three erasure-coded objects short of a fragment.
+    let st = node.status();
+    assert_eq!(st["health"], "degraded", "{st}");
+    assert_eq!(st["objects_protection"]["degraded"], 3, "{st}");
     node.stop();
 
     // The drive is back: repair places what it missed.
@@ -51,6 +55,10 @@ async fn fragments_never_placed_are_rebuilt_once_their_drive_is_back() {
         assert!(Instant::now() < deadline, "not repaired: {st}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let st = node.status();
+    assert_eq!(st["objects_protection"]["degraded"], 0, "{st}");
+    assert_eq!(st["objects_protection"]["protected"], 6, "{st}");
+    assert_eq!(st["health"], "healthy", "{st}");
     node.stop();
 
     // Two drives lost for good (their files replaced by blank ones).

@@ -181,6 +181,11 @@ pub struct NodeStatus {
     /// The scrubber: state, the pass under way, the last one.
     #[serde(default)]
     pub scrub: Option<cairn_objects::ScrubStatus>,
+    /// Objects fully protected, short of fragments (a drive failed, or a write
+    /// that found a drive full), or lost, as the manifests and the drives' states
+    /// say now (a single node; a cluster member's are in `cluster status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects_protection: Option<cairn_objects::ProtectionReport>,
 }
 
 /// What the admin API manages.
@@ -317,6 +322,30 @@ async fn status(
             .map(|r| r.into_iter().map(DriveStatus::from).collect())
             .map_err(|e| e.to_string()),
     };
+    // A single node counts its objects short of protection here (a member's
+    // count is the cluster's, in `cluster status`), by the drive states just
+    // reported (the store's own view of them may lag by a poll).
+    let protection = match (&app.target, &reports) {
+        (Target::Single(_), Ok(drives)) => {
+            let failed: std::collections::HashSet<u16> = drives
+                .iter()
+                .filter(|d| d.state != "healthy")
+                .map(|d| d.index)
+                .collect();
+            let gone = move |d: u16| {
+                if failed.contains(&d) {
+                    cairn_objects::FragmentState::Missing
+                } else {
+                    cairn_objects::FragmentState::Good
+                }
+            };
+            Some(store.protection(&gone).map_err(internal)?)
+        }
+        _ => None,
+    };
+    let short = protection
+        .as_ref()
+        .is_some_and(|p| p.degraded > 0 || p.lost > 0);
     let (health, drives) = match reports {
         Ok(drives) => {
             let failed = drives.iter().any(|d| d.state != "healthy");
@@ -331,8 +360,13 @@ async fn status(
             let h = if failed || scrub_left {
                 "degraded"
             } else if full {
-                // Serving reads and deletes; refusing new data.
+                // Serving reads and deletes; refusing new data (objects written
+                // as it filled may be short of a fragment: the objects line says).
                 "full"
+            } else if short {
+                // Every drive well, yet objects lack fragments: repair has not
+                // placed them yet.
+                "degraded"
             } else {
                 "healthy"
             };
@@ -365,6 +399,7 @@ async fn status(
         aborted_uploads: s.aborted_uploads,
         bad_fragments: s.bad_fragments,
         scrub: Some(store.scrubber().status()),
+        objects_protection: protection,
     }))
 }
 

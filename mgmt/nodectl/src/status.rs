@@ -49,6 +49,14 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
         "Objects      {} in {} buckets",
         status.objects, status.buckets
     );
+    if let Some(p) = &status.objects_protection {
+        if p.degraded > 0 || p.lost > 0 {
+            println!(
+                "             {} fully protected, {} short of fragments ({} missing, repair runs every few seconds), {} lost",
+                p.protected, p.degraded, p.fragments_missing, p.lost
+            );
+        }
+    }
     println!(
         "Capacity     {} used of {} ({:.1}%)",
         human(status.used_bytes),

@@ -18,7 +18,7 @@ use crate::{chunk_id, Candidates, ObjectError, ObjectStore};
 use bytes::Bytes;
 use cairn_chunkproto::{Reply, Request};
 use cairn_meta::{matches_sum, FragmentMove, Layout, Mutation, ObjectRecord, Stripe, UNPLACED};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -36,7 +36,7 @@ pub enum FragmentState {
 }
 
 /// Counts over every object.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ProtectionReport {
     pub objects: u64,
     /// Every fragment or copy present.
