@@ -599,22 +599,6 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn referenced_extents(&self) -> Result<HashSet<u128>, MetaError> {
-        let tx = self.db.begin_read()?;
-        let mut ids = HashSet::new();
-        for e in tx.open_table(OBJECTS)?.iter()? {
-            let (_, v) = e?;
-            let rec: ObjectRecord = serde_json::from_slice(v.value())?;
-            ids.extend(rec.extent_ids());
-        }
-        for e in tx.open_table(PARTS)?.iter()? {
-            let (_, v) = e?;
-            let rec: PartRecord = serde_json::from_slice(v.value())?;
-            ids.insert(rec.extent.id);
-        }
-        Ok(ids)
-    }
-
     /// Lists a bucket's keys in byte order: see [`Listing`].
     pub fn list(
         &self,

@@ -226,7 +226,11 @@ async fn multipart_complete_checks_parts() {
     assert_eq!(r.freed.len(), 1, "part 3 was not used and is freed");
     assert!(s.upload("b", "u1").unwrap().is_none());
     assert!(s.parts("u1").unwrap().is_empty());
-    let refs = s.referenced_extents().unwrap();
+    let mut refs = std::collections::HashSet::new();
+    s.for_each_extent(|e| {
+        refs.insert(e.id);
+    })
+    .unwrap();
     assert!(refs.contains(&1) && refs.contains(&2) && !refs.contains(&3));
 }
 

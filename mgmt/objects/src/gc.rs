@@ -194,16 +194,8 @@ impl ObjectStore {
         }
 
         // 2. What the drives hold.
-        let mut listed: Vec<(u16, ChunkVersion)> = Vec::new();
-        for drive in self.chunks.own_drives() {
-            match self.list_versions(drive, &mut listed).await {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::debug!(drive, "collector skips the drive: {e}");
-                    round.drives_skipped += 1;
-                }
-            }
-        }
+        let (listed, skipped) = self.list_own().await;
+        round.drives_skipped = skipped;
         round.listed = listed.len() as u64;
 
         // 3. Metadata at least as new as the listing.
@@ -212,29 +204,7 @@ impl ObjectStore {
         round.epoch = epoch;
 
         // 4. Which listed chunks a manifest places where they are.
-        let extents: HashSet<u128> = listed.iter().map(|(_, c)| crate::extent_of(c.id)).collect();
-        let mut referenced: HashSet<(u16, ChunkId)> = HashSet::new();
-        self.meta.for_each_extent(|e| {
-            if !extents.contains(&e.id) {
-                return;
-            }
-            match &e.layout {
-                Layout::Replicated { drives, .. } => {
-                    for &d in drives.iter().filter(|&&d| d != UNPLACED) {
-                        referenced.insert((d, chunk_id(e.id, 0, 0)));
-                    }
-                }
-                Layout::Erasure { stripes, .. } => {
-                    for (s, st) in stripes.iter().enumerate() {
-                        for (f, &d) in st.drives.iter().enumerate() {
-                            if d != UNPLACED {
-                                referenced.insert((d, chunk_id(e.id, s as u32, f as u8)));
-                            }
-                        }
-                    }
-                }
-            }
-        })?;
+        let referenced = self.referenced(&listed)?;
 
         // 5. Old enough: delete; new: remember.
         let mut doomed: Vec<(u16, ChunkVersion)> = Vec::new();
@@ -281,7 +251,7 @@ impl ObjectStore {
         if dry_run {
             round.deleted = doomed.len() as u64;
         } else {
-            let (deleted, kept) = self.delete_versions(&doomed).await;
+            let (deleted, kept) = self.delete_versions(&doomed, true).await;
             round.deleted = deleted;
             round.kept = kept;
             self.gc.deleted.fetch_add(deleted, Relaxed);
@@ -326,6 +296,71 @@ impl ObjectStore {
         }
     }
 
+    /// Deletes every chunk on this node's drives that no manifest or upload part
+    /// places there, at once. Only for a single node before it serves: no write can
+    /// be in flight then, so an unreferenced chunk is the remains of one never
+    /// acknowledged (or a repair's loser), and a full node gets its space back
+    /// before the first request.
+    pub async fn collect_garbage(&self) -> Result<u64, ObjectError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (listed, _) = self.list_own().await;
+        let referenced = self.referenced(&listed)?;
+        let doomed: Vec<(u16, ChunkVersion)> = listed
+            .into_iter()
+            .filter(|(d, c)| !referenced.contains(&(*d, c.id)))
+            .collect();
+        let (deleted, _) = self.delete_versions(&doomed, false).await;
+        self.counters.collected_chunks.fetch_add(deleted, Relaxed);
+        Ok(deleted)
+    }
+
+    /// Every chunk on this node's own drives, with its version; and how many drives
+    /// could not be listed (failed, unreachable).
+    async fn list_own(&self) -> (Vec<(u16, ChunkVersion)>, u64) {
+        let mut listed = Vec::new();
+        let mut skipped = 0;
+        for drive in self.chunks.own_drives() {
+            if let Err(e) = self.list_versions(drive, &mut listed).await {
+                tracing::debug!(drive, "collector skips the drive: {e}");
+                skipped += 1;
+            }
+        }
+        (listed, skipped)
+    }
+
+    /// Which of `listed` a manifest or part places on the drive it lies on (by
+    /// chunk *and* drive: a repair's loser shares its id with the copy that
+    /// replaced it), from one consistent read of the metadata.
+    fn referenced(
+        &self,
+        listed: &[(u16, ChunkVersion)],
+    ) -> Result<HashSet<(u16, ChunkId)>, ObjectError> {
+        let extents: HashSet<u128> = listed.iter().map(|(_, c)| crate::extent_of(c.id)).collect();
+        let mut referenced = HashSet::new();
+        self.meta.for_each_extent(|e| {
+            if !extents.contains(&e.id) {
+                return;
+            }
+            match &e.layout {
+                Layout::Replicated { drives, .. } => {
+                    for &d in drives.iter().filter(|&&d| d != UNPLACED) {
+                        referenced.insert((d, chunk_id(e.id, 0, 0)));
+                    }
+                }
+                Layout::Erasure { stripes, .. } => {
+                    for (s, st) in stripes.iter().enumerate() {
+                        for (f, &d) in st.drives.iter().enumerate() {
+                            if d != UNPLACED {
+                                referenced.insert((d, chunk_id(e.id, s as u32, f as u8)));
+                            }
+                        }
+                    }
+                }
+            }
+        })?;
+        Ok(referenced)
+    }
+
     async fn list_versions(
         &self,
         drive: u16,
@@ -354,9 +389,9 @@ impl ObjectStore {
         }
     }
 
-    /// Deletes each chunk if it is still the version seen, paced to the rate;
-    /// returns (deleted, kept). A failed batch is left for a later round.
-    async fn delete_versions(&self, doomed: &[(u16, ChunkVersion)]) -> (u64, u64) {
+    /// Deletes each chunk if it is still the version seen (`paced`: at most the
+    /// configured rate); returns (deleted, kept). A failed batch is left for a later round.
+    async fn delete_versions(&self, doomed: &[(u16, ChunkVersion)], paced: bool) -> (u64, u64) {
         let (mut deleted, mut kept) = (0, 0);
         let rate = self.cfg.gc.rate.max(1) as f64;
         let start = Instant::now();
@@ -388,6 +423,9 @@ impl ObjectStore {
                 Err(e) => tracing::debug!("collector delete batch: {e}"),
             }
             sent += batch.len();
+            if !paced {
+                continue;
+            }
             let due = Duration::from_secs_f64(sent as f64 / rate);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 tokio::time::sleep(wait).await;

@@ -31,7 +31,7 @@ pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
 pub use scrub::{ScrubConfig, ScrubPass, ScrubState, ScrubStatus, Scrubber};
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkId, DriveReport, FailureCode, ProtoError, Request};
+use cairn_chunkproto::{ChunkId, DriveReport, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
     After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
@@ -887,49 +887,5 @@ impl ObjectStore {
             extents,
             self.cfg.free_grace,
         );
-    }
-
-    /// Deletes every chunk that no manifest or upload part references. Run before
-    /// serving: at that point no write is in flight, so an unreferenced chunk can
-    /// only be the remains of a write that was never acknowledged.
-    pub async fn collect_garbage(&self) -> Result<u64, ObjectError> {
-        let keep = self.meta.referenced_extents()?;
-        let mut deleted = 0u64;
-        for drive in self.chunks.drives() {
-            let mut after = ChunkId::MIN;
-            loop {
-                let res = self
-                    .chunks
-                    .call(vec![Request::List {
-                        drive,
-                        after,
-                        limit: 4096,
-                    }])
-                    .await?;
-                let chunks = match res.into_iter().next() {
-                    Some(Ok(cairn_chunkproto::Reply::List { chunks })) => chunks,
-                    Some(Err(f)) if f.code == FailureCode::DriveFailed => break,
-                    Some(Err(f)) => return Err(ObjectError::Unavailable(f.to_string())),
-                    _ => return Err(ProtoError::Mismatch("expected List").into()),
-                };
-                let Some(&(last, _)) = chunks.last() else {
-                    break;
-                };
-                after = last;
-                let ops: Vec<_> = chunks
-                    .iter()
-                    .filter(|(id, _)| !keep.contains(&extent_of(*id)))
-                    .map(|&(id, tenant)| Request::Delete { drive, id, tenant })
-                    .collect();
-                if !ops.is_empty() {
-                    deleted += ops.len() as u64;
-                    self.chunks.call(ops).await?;
-                }
-            }
-        }
-        self.counters
-            .collected_chunks
-            .fetch_add(deleted, Ordering::Relaxed);
-        Ok(deleted)
     }
 }
