@@ -1,0 +1,194 @@
+//! Creating a cluster, and entering one: the joiner asks a member with the join
+//! token, and the leader admits it and signs its certificate.
+
+use crate::error::{error_chain, raft_err};
+use crate::node::now_ms;
+use crate::{pki, Cluster, ClusterError, Command, MapChange, NodeAdvert, Protection, Secrets};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// A join request, sent to any member.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub token: String,
+    pub node: NodeAdvert,
+    /// The joiner's public key ([`pki::NodeKey::public_hex`]); its private key
+    /// stays on the joiner.
+    pub public_key: String,
+}
+
+/// What a joiner receives: the CA and its own certificate.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JoinReply {
+    pub cluster_id: String,
+    pub ca_pem: String,
+    pub cert_pem: String,
+}
+
+impl Cluster {
+    /// Creates a cluster with this node as its only member; returns a join token.
+    pub async fn init(
+        &self,
+        cluster_id: &str,
+        protection: Protection,
+    ) -> Result<String, ClusterError> {
+        if self.raft.is_initialized().await.map_err(raft_err)? {
+            return Err(ClusterError::AlreadyMember(self.map().cluster_id.clone()));
+        }
+        let members = std::collections::BTreeMap::from([(
+            self.id,
+            BasicNode {
+                addr: self.cfg.advert.internal.clone(),
+            },
+        )]);
+        self.raft.initialize(members).await.map_err(raft_err)?;
+        self.raft
+            .wait(Some(Duration::from_secs(20)))
+            .current_leader(self.id, "init")
+            .await
+            .map_err(raft_err)?;
+        let secrets = pki::new_ca(cluster_id)?;
+        self.propose(Command::Secrets(secrets.clone())).await?;
+        self.propose_map(MapChange::Create {
+            cluster_id: cluster_id.to_string(),
+            protection,
+        })
+        .await?;
+        // The first member certifies itself with the CA it just made.
+        let key = pki::NodeKey::generate()?;
+        let cert = pki::issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
+        self.transport
+            .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
+        self.propose_map(MapChange::AddNode {
+            node: NodeAdvert {
+                cert: pki::fingerprint(&cert)?,
+                ..self.advert()
+            },
+            at_ms: now_ms(),
+        })
+        .await?;
+        pki::token(&secrets)
+    }
+
+    /// A join token for this cluster (members only).
+    pub fn token(&self) -> Result<String, ClusterError> {
+        let s = self.secrets().ok_or(ClusterError::NotMember)?;
+        pki::token(&s)
+    }
+
+    /// The replicated secrets (members only).
+    pub fn secrets(&self) -> Option<Secrets> {
+        self.shared
+            .secrets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Asks the member at `seed` (its internal address, `host:port`) to admit this
+    /// node, over TLS that checks the seed against the CA fingerprint in `token`;
+    /// then installs the certificate the cluster signed for this node's own key.
+    /// The caller then waits with [`Cluster::wait_member`].
+    pub async fn request_join(&self, seed: &str, token: &str) -> Result<String, ClusterError> {
+        let (ca_fp, _) = pki::parse_token(token)?;
+        let key = pki::NodeKey::generate()?;
+        let tls = cairn_chunkproto::tls::pinned_ca_client_config(ca_fp)
+            .map_err(|e| ClusterError::Pki(e.to_string()))?;
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls((*tls).clone())
+            .build()
+            .map_err(|e| ClusterError::Pki(format!("HTTPS client: {e}")))?;
+        let seed = seed.trim_start_matches("https://").trim_end_matches('/');
+        let peer = |msg: String| ClusterError::Peer {
+            peer: seed.to_string(),
+            msg,
+        };
+        let req = JoinRequest {
+            token: token.trim().to_string(),
+            node: self.advert(),
+            public_key: key.public_hex(),
+        };
+        let r: Result<JoinReply, String> = client
+            .post(self.transport.url(seed, "/cluster/join"))
+            .timeout(Duration::from_secs(60))
+            .json(&req)
+            .send()
+            .await
+            .map_err(|e| peer(error_chain(&e)))?
+            .json()
+            .await
+            .map_err(|e| peer(e.to_string()))?;
+        let reply = r.map_err(ClusterError::JoinRefused)?;
+        let got = rustls::pki_types::pem::PemObject::from_pem_slice(reply.ca_pem.as_bytes())
+            .map(|der: rustls::pki_types::CertificateDer| cairn_chunkproto::tls::cert_sha256(&der))
+            .map_err(|e| ClusterError::Pki(format!("the CA in the join reply: {e}")))?;
+        if got != ca_fp {
+            return Err(ClusterError::JoinRefused(
+                "the cluster answered with a CA other than the token's".into(),
+            ));
+        }
+        self.transport
+            .install(&reply.ca_pem, &reply.cert_pem, &key.private_pem())?;
+        Ok(reply.cluster_id)
+    }
+
+    /// Waits until this node has applied a map that lists it.
+    pub async fn wait_member(&self, timeout: Duration) -> Result<(), ClusterError> {
+        let mut rx = self.watch_map();
+        let id = self.id;
+        tokio::time::timeout(timeout, rx.wait_for(|m| m.nodes.contains_key(&id)))
+            .await
+            .map_err(|_| ClusterError::NoQuorum("timed out waiting for the map".into()))?
+            .map_err(raft_err)?;
+        Ok(())
+    }
+
+    /// On the leader: admits a joiner (checks the token, issues its certificate,
+    /// adds it to the map and to Raft as a learner).
+    pub(crate) async fn admit(&self, req: JoinRequest) -> Result<JoinReply, ClusterError> {
+        let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
+        pki::check_token(&secrets, &req.token)?;
+        let cluster_id = self.map().cluster_id.clone();
+        let cert_pem = pki::issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
+        // The map names the certificate: peers accept it while the node is listed.
+        self.propose_map(MapChange::AddNode {
+            node: NodeAdvert {
+                cert: pki::fingerprint(&cert_pem)?,
+                ..req.node.clone()
+            },
+            at_ms: now_ms(),
+        })
+        .await?;
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(req.node.id, Instant::now());
+        let is_known = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .nodes()
+            .any(|(id, _)| *id == req.node.id);
+        if !is_known {
+            // Not blocking: the learner catches up from the log (or a snapshot)
+            // while the joiner installs its certificate.
+            self.raft
+                .add_learner(
+                    req.node.id,
+                    BasicNode {
+                        addr: req.node.internal.clone(),
+                    },
+                    false,
+                )
+                .await
+                .map_err(raft_err)?;
+        }
+        Ok(JoinReply {
+            cluster_id,
+            ca_pem: secrets.ca_cert_pem.clone(),
+            cert_pem,
+        })
+    }
+}
