@@ -1,6 +1,15 @@
-//! Compaction: merges sparse sealed segments into one fresh segment and frees them;
-//! segments with nothing live left are released without a target (so a full drive
-//! whose chunks were deleted gets its space back even with no free segment).
+//! Compaction: packs the live records of sparse sealed segments into fresh ones
+//! and frees the sources; segments with nothing live left are released without a
+//! target (so a full drive whose chunks were deleted gets its space back even with
+//! no free segment).
+//!
+//! A round fills one target with records taken first-fit from the sources, the
+//! sparsest first, and frees every source it emptied. A source that did not fit
+//! whole is left partly drained (its moved records now live in the target, the
+//! rest stay where they are) and goes first in the next round. Moving only whole
+//! segments would never free anything once deletes are spread evenly: two
+//! half-live segments do not fit into one, and a drive filled, thinned by half and
+//! filled again stayed full at half its capacity.
 
 use crate::format::*;
 use crate::store::{ChunkStore, Entry, Io, Seg, SegState, MAX_BATCH_BYTES};
@@ -8,34 +17,75 @@ use crate::Result;
 use cairn_chunkproto::ChunkId;
 use std::collections::{BTreeSet, HashMap};
 
+/// What one round did.
+struct Round {
+    /// Sources freed.
+    released: usize,
+    /// The segment it filled, if it wrote one.
+    target: Option<u32>,
+}
+
 impl ChunkStore {
     /// Compacts when free segments run low (a quarter or less); for idle reactors.
+    /// One round per call, so the reactor gets back to its queues in between.
     pub fn maybe_compact(&mut self) -> Result<usize> {
         if self.failed.is_some() || self.free.len() as u64 * 4 > self.sb.segment_count {
             return Ok(0);
         }
-        self.compact(0.5)
+        let before = self.free.len();
+        self.compact_round(0.5, &BTreeSet::new())?;
+        Ok(self.free.len().saturating_sub(before))
     }
 
-    /// One compaction round: copies the live records of sealed segments whose live
-    /// fraction is below `max_live_ratio` into one fresh segment (verbatim, seqs
-    /// kept), seals it, and only then frees the sources durably. Returns how many
-    /// segments were freed (net of the target).
+    /// Compacts sealed segments whose live fraction is below `max_live_ratio` for as
+    /// long as rounds free anything. Returns how many segments were freed, net of
+    /// the targets.
     pub fn compact(&mut self, max_live_ratio: f64) -> Result<usize> {
+        self.compact_until(max_live_ratio, usize::MAX)
+    }
+
+    /// Compacts until `want_free` segments are free or no round can free more.
+    pub(crate) fn compact_until(&mut self, max_live_ratio: f64, want_free: usize) -> Result<usize> {
+        self.check_ok()?;
+        let before = self.free.len();
+        // Targets written by this call are not sources again in it.
+        let mut filled = BTreeSet::new();
+        for _ in 0..self.segs.len() {
+            if self.free.len() >= want_free {
+                break;
+            }
+            match self.compact_round(max_live_ratio, &filled)? {
+                Some(Round { released: 0, .. }) | None => break,
+                Some(Round { target, .. }) => filled.extend(target),
+            }
+        }
+        Ok(self.free.len().saturating_sub(before))
+    }
+
+    /// One round: copies live records (verbatim, seqs kept) of the sparsest sealed
+    /// segments into one fresh segment, seals it, and only then frees the sources
+    /// it emptied durably. `None` when nothing is worth moving.
+    fn compact_round(
+        &mut self,
+        max_live_ratio: f64,
+        skip: &BTreeSet<u32>,
+    ) -> Result<Option<Round>> {
         self.check_ok()?;
         let ss = self.sb.segment_size;
         let usable = ss - 2 * BLOCK as u64;
         let mut cands: Vec<u32> = (0..self.segs.len() as u32)
             .filter(|&s| {
                 let g = &self.segs[s as usize];
-                g.state == SegState::Sealed && (g.live as f64) < max_live_ratio * usable as f64
+                g.state == SegState::Sealed
+                    && !skip.contains(&s)
+                    && (g.live as f64) < max_live_ratio * usable as f64
             })
             .collect();
         if cands.is_empty() {
-            return Ok(0);
+            return Ok(None);
         }
         cands.sort_by_key(|&s| self.segs[s as usize].live);
-        // What each candidate would carry over.
+        // What each candidate would carry over, oldest first.
         let cand_set: BTreeSet<u32> = cands.iter().copied().collect();
         let mut carry: HashMap<u32, Vec<(ChunkId, Entry, RecordKind)>> = HashMap::new();
         for (id, e) in &self.index {
@@ -54,63 +104,110 @@ impl ChunkStore {
                     .push((*id, *e, RecordKind::Tombstone));
             }
         }
-        // Greedily pick sources whose records fit one segment.
-        let mut picked = Vec::new();
-        let mut bytes = 0u64;
-        let mut count = 0usize;
-        for &s in &cands {
-            let recs = carry.get(&s).map(Vec::as_slice).unwrap_or(&[]);
-            let b: u64 = recs.iter().map(|(_, e, _)| record_len(e.plen)).sum();
-            // Generous slack for batch headers and block padding.
-            let need = bytes + b + (recs.len() as u64 / 64 + 2) * BLOCK as u64;
-            if BLOCK as u64 + need + summary_len(count + recs.len()) + BLOCK as u64 > ss {
-                continue;
-            }
-            bytes += b;
-            count += recs.len();
-            picked.push(s);
+        for recs in carry.values_mut() {
+            recs.sort_by_key(|(_, e, _)| e.seq);
         }
-        if picked.is_empty() {
-            return Ok(0);
+        // Moving is worth it only if the candidates' records fit into fewer
+        // segments than they take: otherwise rounds would shuffle them for ever.
+        let total: u64 = carry
+            .values()
+            .flatten()
+            .map(|(_, e, _)| record_len(e.plen))
+            .sum();
+        let records: usize = carry.values().map(Vec::len).sum();
+        if Plan::bytes_for(total, records) > (cands.len() as u64 - 1) * (usable - BLOCK as u64) {
+            return Ok(None);
         }
-        let picked_set: BTreeSet<u32> = picked.iter().copied().collect();
-        // A tombstone is kept while some other segment may still hold an older
-        // record of its chunk.
-        let older_elsewhere = |seq: u64, segs: &[Seg]| {
-            segs.iter().enumerate().any(|(i, g)| {
-                g.state != SegState::Free && !picked_set.contains(&(i as u32)) && g.min_seq < seq
-            })
-        };
+        // First fit, sparsest source first.
+        let mut plan = Plan::new(ss);
+        let mut emptied = Vec::new();
+        let mut drained = 0usize;
         let mut moves: Vec<(ChunkId, Entry, RecordKind)> = Vec::new();
-        let mut dropped_tombs = Vec::new();
-        for s in &picked {
-            for (id, e, k) in carry.remove(s).unwrap_or_default() {
-                if k == RecordKind::Tombstone && !older_elsewhere(e.seq, &self.segs) {
-                    dropped_tombs.push(id);
+        for &s in &cands {
+            let recs = carry.remove(&s).unwrap_or_default();
+            let mut left = 0;
+            let mut took = 0;
+            for r in recs {
+                if plan.take(record_len(r.1.plen)) {
+                    moves.push(r);
+                    took += 1;
                 } else {
-                    moves.push((id, e, k));
+                    left += 1;
                 }
             }
-        }
-        if moves.is_empty() {
-            // Nothing left alive: the sources are simply freed.
-            for id in dropped_tombs {
-                self.tombs.remove(&id);
+            if left == 0 {
+                emptied.push(s);
+            } else if took > 0 {
+                drained += 1;
             }
-            for &s in &picked {
-                self.release(s)?;
+        }
+        if emptied.is_empty() {
+            // Only drained (or nothing fitted): frees nothing.
+            return Ok(None);
+        }
+        let emptied_set: BTreeSet<u32> = emptied.iter().copied().collect();
+        // A tombstone from an emptied source is kept while some other segment may
+        // still hold an older record of its chunk.
+        let older_elsewhere = |seq: u64, segs: &[Seg]| {
+            segs.iter().enumerate().any(|(i, g)| {
+                g.state != SegState::Free && !emptied_set.contains(&(i as u32)) && g.min_seq < seq
+            })
+        };
+        let mut dropped_tombs = Vec::new();
+        moves.retain(|(id, e, k)| {
+            let drop = *k == RecordKind::Tombstone
+                && emptied_set.contains(&e.seg)
+                && !older_elsewhere(e.seq, &self.segs);
+            if drop {
+                dropped_tombs.push(*id);
             }
-            return Ok(picked.len());
+            !drop
+        });
+        let target = if moves.is_empty() {
+            None
+        } else if emptied.len() + drained < 2 || self.free.is_empty() {
+            // One source rewritten alone frees nothing; and with no target (never
+            // so while the reserve holds) nothing can move.
+            return Ok(None);
+        } else {
+            match self.move_records(&mut moves)? {
+                Some(t) => Some(t),
+                None => return Ok(None),
+            }
+        };
+        for id in dropped_tombs {
+            self.tombs.remove(&id);
         }
-        if picked.len() < 2 {
-            // Rewriting one segment into another frees nothing.
-            return Ok(0);
+        for &s in &emptied {
+            self.release(s)?;
         }
-        if self.free.is_empty() {
-            // No target (never so while the reserve holds).
-            return Ok(0);
-        }
+        tracing::debug!(device = %self.device.name, freed = emptied.len(), drained, target, records = moves.len(), "compacted");
+        Ok(Some(Round {
+            released: emptied.len(),
+            target,
+        }))
+    }
+
+    /// Reads and verifies `moves` (sorted here by seq, as a compaction segment's
+    /// records must be), writes them into a fresh segment, seals it, and points the
+    /// index at the copies. A record that no longer verifies is carried on as a
+    /// tombstone. `None` (nothing written) if they would not fit after all.
+    fn move_records(&mut self, moves: &mut [(ChunkId, Entry, RecordKind)]) -> Result<Option<u32>> {
+        let ss = self.sb.segment_size;
         moves.sort_by_key(|(_, e, _)| e.seq);
+        let lens: Vec<usize> = moves
+            .iter()
+            .map(|(_, e, _)| record_len(e.plen) as usize)
+            .collect();
+        let layout = batches(&lens);
+        let body: u64 = layout
+            .iter()
+            .map(|r| round_block((BATCH_HEADER + lens[r.clone()].iter().sum::<usize>()) as u64))
+            .sum();
+        if BLOCK as u64 + body + summary_len(moves.len()) + BLOCK as u64 > ss {
+            tracing::error!(device = %self.device.name, records = moves.len(), "compaction planned more than a segment holds; skipped");
+            return Ok(None);
+        }
         // Read and verify everything before touching the target.
         let ios = moves
             .iter()
@@ -142,9 +239,10 @@ impl ChunkStore {
             }
             // A bad record must not pin its segment (a full drive could then never
             // reclaim space). Its bytes are lost whatever we do; it is carried on
-            // as a tombstone of the same sequence, so no older record of the chunk
-            // comes back at the next start, and the chunk reads as missing, which
-            // the layer above rebuilds from other fragments.
+            // as a tombstone of the same sequence (shorter, so the planned layout
+            // still holds), no older record of the chunk comes back at the next
+            // start, and the chunk reads as missing, which the layer above
+            // rebuilds from other fragments.
             tracing::error!(
                 device = %self.device.name,
                 chunk = %id,
@@ -165,6 +263,13 @@ impl ChunkStore {
             records.push(rec);
             lost.push(i);
         }
+        // The sources' live bytes, before the lost records turn into tombstones.
+        for (id, e, k) in moves.iter() {
+            if *k == RecordKind::Put && self.index.get(id).is_some_and(|x| x.seq == e.seq) {
+                let src = &mut self.segs[e.seg as usize];
+                src.live = src.live.saturating_sub(record_len(e.plen));
+            }
+        }
         for i in lost {
             let (_, e, k) = &mut moves[i];
             e.plen = 0;
@@ -174,33 +279,26 @@ impl ChunkStore {
         }
         let t = self.open_segment(SegKind::Compaction)?;
         let mut new_locs = Vec::with_capacity(records.len());
-        let mut i = 0;
-        while i < records.len() {
-            let mut j = i;
-            let mut blen = BATCH_HEADER;
-            while j < records.len() && (j == i || blen + records[j].len() <= MAX_BATCH_BYTES) {
-                blen += records[j].len();
-                j += 1;
-            }
+        for range in batches(&records.iter().map(Vec::len).collect::<Vec<_>>()) {
+            let blen = BATCH_HEADER + records[range.clone()].iter().map(Vec::len).sum::<usize>();
             let mut buf = self.qp.alloc_buf(blen)?;
             let b = buf.as_mut_slice();
             let mut pos = BATCH_HEADER;
             let wo = self.segs[t as usize].write_off;
-            for r in &records[i..j] {
+            for r in &records[range.clone()] {
                 b[pos..pos + r.len()].copy_from_slice(r);
                 new_locs.push((wo as usize + pos) as u32);
                 pos += r.len();
             }
             let bh = BatchHeader {
-                records: (j - i) as u32,
+                records: range.len() as u32,
                 len: blen as u32,
-                first_seq: moves[i].1.seq,
+                first_seq: moves[range.start].1.seq,
                 body_crc: crc32c::crc32c(&b[BATCH_HEADER..blen]),
             };
             b[..BATCH_HEADER].copy_from_slice(&bh.encode());
             self.write(self.sb.segment_offset(t) + wo, buf)?;
             self.segs[t as usize].write_off = wo + round_block(blen as u64);
-            i = j;
         }
         // Record the moves in the target's summary, then seal it durably.
         for ((id, e, k), off) in moves.iter().zip(&new_locs) {
@@ -238,13 +336,63 @@ impl ChunkStore {
                 }
             }
         }
-        for id in dropped_tombs {
-            self.tombs.remove(&id);
-        }
-        for &s in &picked {
-            self.release(s)?;
-        }
-        tracing::debug!(device = %self.device.name, sources = picked.len(), target = t, records = moves.len(), "compacted");
-        Ok(picked.len() - 1)
+        Ok(Some(t))
     }
+}
+
+/// A compaction target being planned: whether records still fit, counted with
+/// room to spare for batch headers, block padding and the summary.
+struct Plan {
+    segment_size: u64,
+    bytes: u64,
+    records: usize,
+}
+
+impl Plan {
+    fn new(segment_size: u64) -> Self {
+        Plan {
+            segment_size,
+            bytes: 0,
+            records: 0,
+        }
+    }
+
+    /// Takes a record of `len` bytes if it fits.
+    fn take(&mut self, len: u64) -> bool {
+        let need = Self::bytes_for(self.bytes + len, self.records + 1);
+        if 2 * BLOCK as u64 + need > self.segment_size {
+            return false;
+        }
+        self.bytes += len;
+        self.records += 1;
+        true
+    }
+
+    /// An upper bound on what `records` records of `bytes` take in a segment
+    /// besides its header and footer blocks. Batches are cut greedily at
+    /// `MAX_BATCH_BYTES`, so any two neighbours hold more than that: there are at
+    /// most `2 * bytes / MAX_BATCH_BYTES + 1` of them, each with a header and
+    /// less than a block of padding.
+    fn bytes_for(bytes: u64, records: usize) -> u64 {
+        let batches = (records as u64).min(2 * bytes / (MAX_BATCH_BYTES - BATCH_HEADER) as u64 + 1);
+        bytes + batches * (BATCH_HEADER + BLOCK) as u64 + summary_len(records)
+    }
+}
+
+/// Cuts records of these lengths, in order, into batches the way they are written:
+/// greedily, each at most `MAX_BATCH_BYTES` unless one record alone is larger.
+fn batches(lens: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lens.len() {
+        let mut j = i;
+        let mut blen = BATCH_HEADER;
+        while j < lens.len() && (j == i || blen + lens[j] <= MAX_BATCH_BYTES) {
+            blen += lens[j];
+            j += 1;
+        }
+        out.push(i..j);
+        i = j;
+    }
+    out
 }

@@ -27,10 +27,10 @@ impl ChunkStore {
         self.open.is_some() && (!self.open_from_reserve || self.free.len() >= RESERVE)
     }
 
-    /// Compaction to make room for a write; its failure is only logged (the write
-    /// then finds no room).
-    fn compact_for_space(&mut self) {
-        if let Err(e) = self.compact(0.9) {
+    /// Compaction until `want_free` segments are free, to make room for a write;
+    /// its failure is only logged (the write then finds no room).
+    fn compact_for_space(&mut self, want_free: usize) {
+        if let Err(e) = self.compact_until(0.9, want_free) {
             tracing::warn!(device = %self.device.name, "compaction for space failed: {e}");
         }
     }
@@ -40,7 +40,7 @@ impl ChunkStore {
     fn ensure_open(&mut self, put: bool) -> Result<u32> {
         if let Some(s) = self.open {
             if put && !self.open_takes_puts() {
-                self.compact_for_space();
+                self.compact_for_space(RESERVE);
                 if !self.open_takes_puts() {
                     return Err(StoreError::NoSpace);
                 }
@@ -52,7 +52,7 @@ impl ChunkStore {
         }
         let keep = if put { RESERVE } else { COMPACTION_RESERVE };
         if self.free.len() <= keep {
-            self.compact_for_space();
+            self.compact_for_space(keep + 1);
         }
         if self.free.len() <= keep {
             return Err(StoreError::NoSpace);
