@@ -7,13 +7,19 @@
 #     down until it is replaced that comes back and rejoins within a bound, a node
 #     wiped and replaced, a node drained and removed;
 #  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
-#     the leader and one more node cut off under load, then healed.
+#     the leader and one more node cut off under load, then healed;
+#  3. with --history: only the history check (ci/history_check.py) on a 5-node
+#     cluster in network namespaces, whose mgmtd is built with `--features
+#     failpoints` (BIN_DIR must hold that mgmtd, and nodectl and datapathd).
 #
-#   ci/cluster-check.sh [BIN_DIR]      (default target/release)
+#   ci/cluster-check.sh [BIN_DIR]             (default target/release)
+#   ci/cluster-check.sh --history BIN_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+HISTORY=0
+if [[ "${1:-}" == --history ]]; then HISTORY=1; shift; fi
 BIN=${1:-target/release}
-run_cluster() { # MODE: faults | partition
+run_cluster() { # MODE: faults | partition | history
 DATA=$(mktemp -d /tmp/cairn-cluster-check.XXXXXX)
 # Collector rounds every 20 s (an hour by default), so the check can wait out the
 # two epochs garbage must age before it is taken.
@@ -23,10 +29,11 @@ export CAIRN_ROOT_SECRET_KEY="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' 
 # A loopback range of its own, so this run never meets another cluster.
 BASE=127.0.$((100 + RANDOM % 100)).10
 extra=()
-[[ $1 == partition ]] && extra=(--netns)
-nodes=6
+[[ $1 != faults ]] && extra=(--netns)
+nodes=6 ec=4+2
 [[ $1 == faults ]] && nodes=7
-"$BIN/nodectl" dev up --nodes $nodes --ec 4+2 --drives 2 --drive-size 2G --data "$DATA" \
+[[ $1 == history ]] && nodes=5 ec=3+2
+"$BIN/nodectl" dev up --nodes $nodes --ec $ec --drives 2 --drive-size 2G --data "$DATA" \
   --base-ip "$BASE" --repair-grace 10 "${extra[@]}" >"$DATA/dev-up.log" 2>&1 &
 SUP=$!
 cleanup() {
@@ -43,12 +50,13 @@ for _ in $(seq 1 300); do
 done
 grep -q 'nodes serving S3' "$DATA/dev-up.log" || { cat "$DATA/dev-up.log"; exit 1; }
 "$BIN/nodectl" dev status --data "$DATA"
-if [[ $1 == partition ]]; then
-  args=(--partition)
-else
-  args=(--objects 60 --rejoin 2 --wipe 3 --drain 5)
-fi
-if ! timeout 900 python3 ci/cluster_check.py --nodectl "$BIN/nodectl" --data "$DATA" "${args[@]}"; then
+check=(ci/cluster_check.py)
+case $1 in
+  partition) check+=(--partition) ;;
+  faults) check+=(--objects 60 --rejoin 2 --wipe 3 --drain 5) ;;
+  history) check=(ci/history_check.py) ;;
+esac
+if ! timeout 900 python3 "${check[@]}" --nodectl "$BIN/nodectl" --data "$DATA"; then
   echo "cluster-check: FAILED; logs:" >&2
   tail -n 30 "$DATA"/nodes/n*/logs/mgmtd.log >&2 || true
   exit 1
@@ -59,10 +67,13 @@ trap - EXIT
 # A failed run keeps its directory (logs, drives) for a look; a passed one goes.
 rm -rf "$DATA"
 }
-run_cluster faults
-if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
-  run_cluster partition
-else
-  echo "cluster-check: the partition check needs root and iproute2 (ip); FAILING" >&2
+if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
+  echo "cluster-check: the partition and history checks need root and iproute2 (ip); FAILING" >&2
   exit 1
+fi
+if [[ $HISTORY == 1 ]]; then
+  run_cluster history
+else
+  run_cluster faults
+  run_cluster partition
 fi

@@ -2,7 +2,8 @@
 # The test command: formatting, lints, the whole workspace's tests (unit, the real
 # daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
 # with the aws CLI and boto3 against `nodectl dev up`, cluster fault and partition
-# checks against `nodectl dev up --nodes 7/6`, the userspace NVMe driver over VFIO in
+# checks against `nodectl dev up --nodes 7/6`, a history check with failpoints on 5
+# nodes, the userspace NVMe driver over VFIO in
 # a QEMU guest, and the firmware image built and booted by UEFI in QEMU.
 #
 #   ci/test.sh            everything (what CI runs)
@@ -35,6 +36,14 @@ cargo build --release --bins
 ci/s3-check.sh target/release
 echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
 ci/cluster-check.sh target/release
+echo "== history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
+# mgmtd with its failpoints compiled in (the dev profile: the deps are built);
+# nodectl and datapathd as released.
+cargo build -p cairn-mgmtd --features failpoints
+mkdir -p target/failpoints
+cp target/debug/mgmtd target/failpoints/
+cp target/release/nodectl target/release/datapathd target/failpoints/
+ci/cluster-check.sh --history target/failpoints
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
 echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"

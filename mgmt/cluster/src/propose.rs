@@ -37,6 +37,7 @@ impl Cluster {
         let deadline = Instant::now() + PROPOSE_DEADLINE;
         let mut maybe_appended = false;
         loop {
+            self.crash_mid_commit();
             let err = match self.raft.client_write(cmd.clone()).await {
                 Ok(resp) => return Ok(resp.data),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
@@ -76,6 +77,21 @@ impl Cluster {
         }
     }
 
+    /// Failpoint: when this node leads, it dies a few milliseconds after taking
+    /// the entry into its log, while it replicates (a leader change between append
+    /// and commit: the entry may or may not survive the election).
+    pub(crate) fn crash_mid_commit(&self) {
+        fail::fail_point!("cluster::leader-crash-mid-commit", |_| {
+            if self.is_leader() {
+                tracing::warn!("failpoint cluster::leader-crash-mid-commit fired: aborting soon");
+                std::thread::spawn(|| {
+                    std::thread::sleep(Duration::from_millis(rand::random::<u64>() % 20));
+                    std::process::abort();
+                });
+            }
+        });
+    }
+
     async fn forward(&self, addr: &str, cmd: &Command) -> Result<Outcome, Forward> {
         let peer = |e: reqwest::Error| {
             let not_sent = e.is_connect() || e.is_builder();
@@ -90,6 +106,15 @@ impl Cluster {
             }
         };
         let client = self.transport.client().map_err(Forward::NotSent)?;
+        // The connection reset before the leader read the request: to the proposer
+        // this looks like a reset after it, so it may have been appended.
+        fail::fail_point!("cluster::forward-reset-before-send", |_| {
+            tracing::warn!("failpoint cluster::forward-reset-before-send fired");
+            Err(Forward::MaybeAppended(ClusterError::Peer {
+                peer: addr.to_string(),
+                msg: "injected: connection reset before the leader read it".into(),
+            }))
+        });
         let r: Result<Outcome, ProposeRefused> = client
             .post(self.transport.url(addr, "/cluster/propose"))
             .timeout(PROPOSE_DEADLINE)
@@ -103,6 +128,7 @@ impl Cluster {
         // The leader has answered: losing the answer now is "timed out after the
         // leader committed".
         fail::fail_point!("cluster::forward-reply-lost", |_| {
+            tracing::warn!("failpoint cluster::forward-reply-lost fired");
             Err(Forward::MaybeAppended(ClusterError::Peer {
                 peer: addr.to_string(),
                 msg: "injected: the leader's answer was lost".into(),

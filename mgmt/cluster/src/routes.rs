@@ -101,6 +101,7 @@ async fn snapshot(
 
 async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, ProposeRefused>> {
     // Only the leader answers; a forwarded proposal is not forwarded again.
+    c.crash_mid_commit();
     Json(match c.raft.client_write(cmd).await {
         Ok(r) => Ok(r.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {

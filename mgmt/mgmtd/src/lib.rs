@@ -8,6 +8,8 @@
 mod admin;
 mod cluster;
 mod credentials;
+#[cfg(feature = "failpoints")]
+mod failpoints;
 mod gc;
 mod scrub;
 
@@ -79,6 +81,8 @@ pub struct Config {
 /// Runs mgmtd until SIGINT or SIGTERM.
 pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     std::fs::create_dir_all(&cfg.data).map_err(io_err(format!("create {}", cfg.data.display())))?;
+    #[cfg(feature = "failpoints")]
+    failpoints::watch(cfg.data.join("failpoints"));
     let meta = MetaStore::open(&cfg.data.join("meta.redb"))?;
     let key = cairn_chunkproto::auth::LocalKey::load_or_create(&cfg.datapath_key)
         .map_err(|e| MgmtError::Config(format!("chunk key {}: {e}", cfg.datapath_key.display())))?;

@@ -57,6 +57,11 @@ impl Committer {
         m: Mutation,
         written: Vec<Extent>,
     ) -> Result<Applied, ObjectError> {
+        // The fragments are durable and nothing names them yet.
+        fail::fail_point!("objects::crash-before-commit", |_| {
+            tracing::warn!("failpoint objects::crash-before-commit fired: aborting");
+            std::process::abort()
+        });
         let p = Proposal::new(m);
         let request = p.request;
         let mut outcome = self.log.propose(p).await;
@@ -86,6 +91,11 @@ impl Committer {
     ) -> Result<Result<Applied, ObjectError>, Vec<Extent>> {
         match outcome {
             Commit::Committed(mut a) => {
+                // Committed, and what it replaced not yet freed.
+                fail::fail_point!("objects::crash-before-free", |_| {
+                    tracing::warn!("failpoint objects::crash-before-free fired: aborting");
+                    std::process::abort()
+                });
                 free(
                     &self.chunks,
                     Some(&self.readers),
