@@ -8,16 +8,16 @@
 #     wiped and replaced, a node drained and removed;
 #  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
 #     the leader and one more node cut off under load, then healed;
-#  3. with --history: only the history check (ci/history_check.py) on a 5-node
-#     cluster in network namespaces, whose mgmtd is built with `--features
-#     failpoints` (BIN_DIR must hold that mgmtd, and nodectl and datapathd).
+#  3. history (only when asked for): ci/history_check.py on a 5-node cluster in
+#     network namespaces, whose mgmtd is built with `--features failpoints` (BIN_DIR
+#     must hold that mgmtd, and nodectl and datapathd).
 #
-#   ci/cluster-check.sh [BIN_DIR]             (default target/release)
-#   ci/cluster-check.sh --history BIN_DIR
+#   ci/cluster-check.sh [BIN_DIR]                  1 and 2 (default target/release)
+#   ci/cluster-check.sh --only MODE [BIN_DIR]      MODE: faults | partition | history
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HISTORY=0
-if [[ "${1:-}" == --history ]]; then HISTORY=1; shift; fi
+ONLY=
+if [[ "${1:-}" == --only ]]; then ONLY=$2; shift 2; fi
 BIN=${1:-target/release}
 run_cluster() { # MODE: faults | partition | history
 DATA=$(mktemp -d /tmp/cairn-cluster-check.XXXXXX)
@@ -71,8 +71,8 @@ if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null; then
   echo "cluster-check: the partition and history checks need root and iproute2 (ip); FAILING" >&2
   exit 1
 fi
-if [[ $HISTORY == 1 ]]; then
-  run_cluster history
+if [[ -n $ONLY ]]; then
+  run_cluster "$ONLY"
 else
   run_cluster faults
   run_cluster partition

@@ -43,7 +43,7 @@ cargo build -p cairn-mgmtd --features failpoints
 mkdir -p target/failpoints
 cp target/debug/mgmtd target/failpoints/
 cp target/release/nodectl target/release/datapathd target/failpoints/
-ci/cluster-check.sh --history target/failpoints
+ci/cluster-check.sh --only history target/failpoints
 echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
 echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
