@@ -120,10 +120,11 @@ def main():
                     help="then wipe this node (drives and state), let it rejoin as a new "
                          "node, and wait until its share is rebuilt (needs a short "
                          "--repair-grace on dev up)")
-    ap.add_argument("--rejoin", type=int, default=0,
-                    help="then stop this node (a voter) until the leader replaces it as a "
-                         "voter, start it again, and require it up, serving S3 promptly, "
-                         "and the cluster fully protected within --rejoin-bound seconds")
+    ap.add_argument("--rejoin", action="append", default=[],
+                    help="then stop these nodes (voters; comma-separated) until the leader "
+                         "replaces them as voters, start them again, and require them up, "
+                         "serving S3 promptly, and the cluster fully protected within "
+                         "--rejoin-bound seconds (repeatable: one round each)")
     ap.add_argument("--rejoin-bound", type=float, default=90)
     ap.add_argument("--drain", type=int, default=0,
                     help="then drain this node: removal is refused while it holds "
@@ -261,8 +262,8 @@ def main():
     gc_check(c, nodes)
     read_all([n["node"] for n in nodes], "after the collector")
 
-    if a.rejoin:
-        rejoin_check(a, c, nodes, clients, bucket, acked, survivors)
+    for group in a.rejoin:
+        rejoin_check(group, a.rejoin_bound, c, clients, bucket, acked, survivors)
 
     if a.wipe:
         w = a.wipe
@@ -547,59 +548,64 @@ def partition_check(a, c, nodes, clients, bucket):
     print("partition check passed")
 
 
-def rejoin_check(a, c, nodes, clients, bucket, acked, survivors):
-    """A voter down long enough to be replaced comes back as a learner and serves."""
-    r = a.rejoin
-    via = [n for n in survivors if n != r][0]
-    rid = [n for n in c.dev()["nodes"] if n["node"] == r][0]["id"]
+def rejoin_check(group, bound, c, clients, bucket, acked, survivors):
+    """Voters down long enough to be replaced come back as learners and serve."""
+    want = [int(x) for x in group.split(",")]
+    ids = {n["id"]: n["node"] for n in c.dev()["nodes"]}
+    via = [n for n in survivors if n not in want][0]
     st = c.status(via)
-    if not any(n["id"] == rid and n["voter"] for n in st["nodes"]):
-        # Make it a voter first: stop another voter until this one is promoted? Too
-        # slow; pick a node that is a voter instead.
-        ids = {n["id"]: n["node"] for n in c.dev()["nodes"]}
-        voters = [n["id"] for n in st["nodes"] if n["voter"] and not n["leader"]
-                  and ids.get(n["id"]) != via]
-        if not voters:
-            sys.exit(f"FAIL: no voter to stop: {st}")
-        rid = voters[0]
-        r = ids[rid]
-    c.stop(r)
+    voters = [n["id"] for n in st["nodes"] if n["voter"] and not n["leader"]
+              and ids.get(n["id"]) != via]
+    # The nodes asked for if they are voters, else other voters (a learner would not
+    # be replaced as a voter at all).
+    picked = [i for i in voters if ids[i] in want]
+    picked += [i for i in voters if i not in picked][:len(want) - len(picked)]
+    if len(picked) < len(want):
+        sys.exit(f"FAIL: not {len(want)} voters to stop: {st}")
+    rs = [ids[i] for i in picked]
+    for r in rs:
+        c.stop(r)
     t = time.time()
-    while True:  # until the leader has replaced it as a voter
+    while True:  # until the leader has replaced them as voters
         try:
             st = c.status(via)
-            if not any(n["id"] == rid and n["voter"] for n in st["nodes"]):
+            if not any(n["id"] in picked and n["voter"] for n in st["nodes"]):
                 break
         except subprocess.CalledProcessError:
             pass
         if time.time() - t > 120:
-            sys.exit(f"FAIL: node {r} ({rid}) was not replaced as a voter in 120 s: {st}")
+            sys.exit(f"FAIL: nodes {rs} were not replaced as voters in 120 s: {st}")
         time.sleep(1)
-    print(f"node {r} ({rid}) down; replaced as a voter after {time.time()-t:.1f} s", flush=True)
-    c.start(r)
+    print(f"nodes {rs} down; replaced as voters after {time.time()-t:.1f} s", flush=True)
+    for r in rs:
+        c.start(r)
     t = time.time()
     key = next(iter(acked))
     last = None
     while True:
         try:
             st = c.status(via)
-            me = [n for n in st["nodes"] if n["id"] == rid][0]
-            mine = c.status(r)
-            s = time.time()
-            clients[r].get_object(Bucket=bucket, Key=key)["Body"].read()
-            took = time.time() - s
-            if me["state"] == "up" and mine["leader"] == st["leader"] and took < 3 \
-                    and st["fully_protected"]:
+            ok = st["fully_protected"]
+            for r, rid in zip(rs, picked):
+                me = [n for n in st["nodes"] if n["id"] == rid][0]
+                mine = c.status(r)
+                s = time.time()
+                clients[r].get_object(Bucket=bucket, Key=key)["Body"].read()
+                took = time.time() - s
+                if not (me["state"] == "up" and mine["leader"] == st["leader"] and took < 3):
+                    ok = False
+                    last = f"node {r}: state {me['state']}, its leader {mine['leader']} vs " \
+                           f"{st['leader']}, GET {took:.1f} s"
+            if ok:
                 break
-            last = f"state {me['state']}, its leader {mine['leader']} vs {st['leader']}, " \
-                   f"GET {took:.1f} s, fully protected {st['fully_protected']}"
+            last = last or f"fully protected {st['fully_protected']}: {st['objects']}"
         except Exception as e:  # noqa: BLE001 - a node catching up may refuse
             last = f"{type(e).__name__}: {e}"
-        if time.time() - t > a.rejoin_bound:
-            sys.exit(f"FAIL: node {r} did not rejoin within {a.rejoin_bound:.0f} s: {last}")
+        if time.time() - t > bound:
+            sys.exit(f"FAIL: nodes {rs} did not rejoin within {bound:.0f} s: {last}")
         time.sleep(1)
-    print(f"node {r} rejoined (up, same leader, serving S3) and the cluster is fully "
-          f"protected {time.time()-t:.1f} s after its restart", flush=True)
+    print(f"nodes {rs} rejoined (up, same leader, serving S3) and the cluster is fully "
+          f"protected {time.time()-t:.1f} s after their restart", flush=True)
 
 
 def wait_settled(c, nodes, clients, bucket, key, since, timeout=90):

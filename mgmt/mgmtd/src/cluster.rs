@@ -53,6 +53,46 @@ pub struct RepairStats {
     pub deferred_last_pass: u64,
     /// Rebuild rate of the last pass that rebuilt anything.
     pub last_rate_mib_s: f64,
+    /// Bytes missing cluster-wide as `status` last measured them (newest last,
+    /// the last `PROGRESS_WINDOW`): the ETA comes from how fast they fall.
+    #[serde(skip)]
+    pub missing: std::collections::VecDeque<(Instant, u64)>,
+}
+
+/// How far back the repair ETA looks for progress: an ETA is shown only while the
+/// bytes missing cluster-wide fell within this window, never from a rate measured
+/// before repair stalled (an ETA frozen at "42 s" for minutes said nothing).
+const PROGRESS_WINDOW: Duration = Duration::from_secs(30);
+/// The least history an ETA is computed from.
+const PROGRESS_MIN: Duration = Duration::from_secs(3);
+
+impl RepairStats {
+    /// Records `missing` bytes now; returns the ETA and what repair is doing.
+    fn progress(&mut self, missing: u64) -> (Option<f64>, &'static str) {
+        let now = Instant::now();
+        self.missing.push_back((now, missing));
+        while self
+            .missing
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > PROGRESS_WINDOW)
+        {
+            self.missing.pop_front();
+        }
+        if missing == 0 {
+            return (None, "idle");
+        }
+        let (t0, b0) = self.missing.front().copied().unwrap_or((now, missing));
+        let dt = now.duration_since(t0);
+        if dt < PROGRESS_MIN {
+            return (None, "measuring");
+        }
+        if b0 > missing {
+            let rate = (b0 - missing) as f64 / dt.as_secs_f64();
+            (Some(missing as f64 / rate), "repairing")
+        } else {
+            (None, "waiting")
+        }
+    }
 }
 
 /// One node in `cluster status`.
@@ -102,8 +142,15 @@ pub struct RepairView {
     pub rebuilt_fragments: u64,
     pub rebuilt_bytes: u64,
     pub rate_mib_s: f64,
-    /// Bytes still to rebuild, cluster-wide, divided by the rate times the nodes up.
+    /// Bytes still to rebuild, cluster-wide, divided by how fast they fell over the
+    /// last 30 s; none while nothing falls.
     pub eta_seconds: Option<f64>,
+    /// `idle` (nothing missing), `repairing` (bytes missing fall: see the ETA),
+    /// `waiting` (they did not fall in the last 30 s: fragments on nodes down within
+    /// their repair grace, or no drive can take them), `measuring` (too little
+    /// history yet: ask again in a few seconds).
+    #[serde(default)]
+    pub state: String,
 }
 
 pub(crate) fn id_hex(id: NodeId) -> String {
@@ -311,15 +358,11 @@ impl ClusterNode {
             }
             None => ProtectionReport::default(),
         };
-        let repair = self
-            .repair
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let up = map.count(NodeState::Up).max(1) as f64;
-        let eta = (repair.last_rate_mib_s > 0.0 && report.bytes_missing > 0).then(|| {
-            report.bytes_missing as f64 / (repair.last_rate_mib_s * (1 << 20) as f64 * up)
-        });
+        let (repair, (eta, repair_state)) = {
+            let mut st = self.repair.lock().unwrap_or_else(|e| e.into_inner());
+            let progress = st.progress(report.bytes_missing);
+            (st.clone(), progress)
+        };
         let p = map.protection.unwrap_or(Protection {
             k: 0,
             m: 0,
@@ -368,6 +411,7 @@ impl ClusterNode {
                 rebuilt_bytes: repair.rebuilt_bytes,
                 rate_mib_s: repair.last_rate_mib_s,
                 eta_seconds: eta,
+                state: repair_state.into(),
             },
         })
     }
@@ -421,5 +465,44 @@ pub fn resolve_node(map: &ClusterMap, s: &str) -> Result<NodeId, MgmtError> {
         [one] => Ok(*one),
         [] => Err(MgmtError::Config(format!("no node {s}"))),
         _ => Err(MgmtError::Config(format!("{s} matches several nodes"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ago(secs: u64) -> Instant {
+        Instant::now() - Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn the_repair_eta_comes_only_from_recent_progress() {
+        let mut st = RepairStats::default();
+        assert_eq!(st.progress(0), (None, "idle"));
+        // No history yet.
+        let mut st = RepairStats::default();
+        assert_eq!(st.progress(1000), (None, "measuring"));
+        // 1000 bytes fell by 500 in 10 s: 50 B/s, 500 left, 10 s to go.
+        let mut st = RepairStats::default();
+        st.missing.push_back((ago(10), 1000));
+        let (eta, state) = st.progress(500);
+        assert_eq!(state, "repairing");
+        assert!((eta.unwrap() - 10.0).abs() < 0.5, "{eta:?}");
+        // Fast progress long ago, none within the window: no frozen ETA.
+        let mut st = RepairStats::default();
+        st.last_rate_mib_s = 100.0;
+        st.missing.push_back((ago(120), 1 << 30));
+        st.missing.push_back((ago(20), 500));
+        assert_eq!(st.progress(500), (None, "waiting"));
+        assert_eq!(
+            st.missing.len(),
+            2,
+            "samples older than the window are dropped"
+        );
+        // More missing than before (another node went down): waiting, not negative.
+        let mut st = RepairStats::default();
+        st.missing.push_back((ago(10), 100));
+        assert_eq!(st.progress(900), (None, "waiting"));
     }
 }

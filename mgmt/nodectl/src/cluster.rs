@@ -120,10 +120,13 @@ pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
             s.repair.rebuilt_fragments,
             s.repair.rebuilt_bytes >> 20,
             s.repair.rate_mib_s,
-            s.repair
-                .eta_seconds
-                .map(|e| format!(", ETA {e:.0} s"))
-                .unwrap_or_default()
+            match (s.repair.eta_seconds, s.repair.state.as_str()) {
+                (Some(e), _) => format!(", ETA {e:.0} s"),
+                (None, "waiting") => ", no progress in the last 30 s (fragments on nodes \
+                    down within their repair grace, or no drive can take them)"
+                    .into(),
+                _ => String::new(),
+            }
         );
     }
     println!("nodes:");
