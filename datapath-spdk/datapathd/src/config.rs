@@ -150,9 +150,15 @@ pub struct Config {
     /// Segment size used when formatting (e.g. 32M).
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     pub segment_size: u64,
-    /// Node id written into new superblocks.
+    /// Node id written into new superblocks and required of existing ones that
+    /// carry one (drives formatted before node ids were given carry none).
     #[arg(long, default_value = "00000000-0000-0000-0000-000000000000")]
     pub node_id: uuid::Uuid,
+    /// Takes the node id from this file instead, creating it (a random id, 0600)
+    /// on first start: what supervisors pass, so a node's drives stay bound to it
+    /// and another node's drive put into it is refused, not collected as garbage.
+    #[arg(long, conflicts_with = "node_id")]
+    pub node_id_file: Option<PathBuf>,
     /// Cluster id written into new superblocks and required of existing ones.
     #[arg(long, default_value = "00000000-0000-0000-0000-000000000000")]
     pub cluster_id: uuid::Uuid,

@@ -55,9 +55,19 @@ pub type Result<T, E = DatapathError> = std::result::Result<T, E>;
 /// superblock is unreadable, recovery fails) is served as *failed*, saying why,
 /// and the daemon runs on with the others: one bad disk must not take a node's
 /// other drives offline (if none opens, the start fails). So is a drive of another
-/// cluster, or given in another slot than it was formatted for (a cloned or moved
-/// disk): refused, never guessed at. Only a blank drive with `--no-format` still
+/// cluster or another node, or given in another slot than it was formatted for (a
+/// cloned or moved disk): refused, never guessed at. Only a blank drive with `--no-format` still
 /// stops the start.
+/// The node id kept in `path`, created at random on first start.
+fn node_id_from(path: &std::path::Path) -> Result<uuid::Uuid> {
+    let fresh = uuid::Uuid::new_v4();
+    cairn_sysutil::create_once(path, format!("{fresh}\n").as_bytes(), Some(0o600))?;
+    let text = std::fs::read_to_string(path)?;
+    text.trim()
+        .parse()
+        .map_err(|e| DatapathError::Config(format!("{}: not a node id: {e}", path.display())))
+}
+
 fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
     let mut out = Vec::new();
     // Brings each NVMe controller up once, however many of its namespaces are drives.
@@ -140,6 +150,19 @@ fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
                     )));
                     continue;
                 }
+                // Another node's drive (same cluster or none): its chunks are not
+                // this node's, and its collector would take them all as garbage.
+                if sb.node_id != [0; 16]
+                    && !cfg.node_id.is_nil()
+                    && sb.node_id != *cfg.node_id.as_bytes()
+                {
+                    out.push(failed(format!(
+                        "belongs to node {}, not this node ({})",
+                        uuid::Uuid::from_bytes(sb.node_id),
+                        cfg.node_id
+                    )));
+                    continue;
+                }
                 if sb.drive_index as usize != index {
                     out.push(failed(format!(
                         "was formatted as drive {}; give drives in their original order",
@@ -183,9 +206,12 @@ fn open_drives(cfg: &Config) -> Result<Vec<reactor::DriveSlot>> {
 /// Runs datapathd until SIGTERM/SIGINT: opens the drives, starts the reactors and
 /// the chunk service, and on a signal drains in-flight batches and closes the
 /// stores cleanly.
-pub fn run(cfg: Config) -> Result<()> {
+pub fn run(mut cfg: Config) -> Result<()> {
     if cfg.drives.is_empty() {
         return Err(DatapathError::Config("no --drive given".into()));
+    }
+    if let Some(f) = &cfg.node_id_file {
+        cfg.node_id = node_id_from(f)?;
     }
     let key = server::local_key(&cfg)?;
     let drives = open_drives(&cfg)?;

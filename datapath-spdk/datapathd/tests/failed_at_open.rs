@@ -146,3 +146,60 @@ async fn a_drive_in_the_wrong_slot_is_refused_alone() {
         }
     }
 }
+
+#[tokio::test]
+async fn another_nodes_drive_is_refused_alone_and_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, specs) = drives(dir.path(), 2, "64M");
+    let id_file = dir.path().join("node-id");
+    let id_arg = id_file.display().to_string();
+    // Drive 0 is formatted by a datapathd that had no node id (as before node ids
+    // were given): it carries none and is taken by any node.
+    let d = Daemon::start(dir.path(), &specs[..1], &[]);
+    assert!(d.terminate());
+    let d = Daemon::start(dir.path(), &specs, &["--node-id-file", &id_arg]);
+    assert!(d.terminate());
+    let mine = std::fs::read_to_string(&id_file).unwrap();
+    assert!(mine.trim().parse::<uuid::Uuid>().is_ok(), "{mine:?}");
+    // The same node again: both drives served, the id kept.
+    let d = Daemon::start(dir.path(), &specs, &["--node-id-file", &id_arg]);
+    let states = |info: Vec<Result<Reply, cairn_chunkproto::Failure>>| {
+        info.into_iter()
+            .map(|r| match r {
+                Ok(Reply::DriveInfo(r)) => (r.state, r.reason),
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let info = d
+        .client()
+        .call((0..2).map(|drive| Request::DriveInfo { drive }).collect())
+        .await
+        .unwrap();
+    assert!(states(info).iter().all(|s| s.0 == DriveState::Healthy));
+    assert!(d.terminate());
+    assert_eq!(std::fs::read_to_string(&id_file).unwrap(), mine);
+    // Another node given these drives: drive 1 (formatted by the first node) is
+    // refused and not written; drive 0, which names no node, is served.
+    let before = std::fs::read(&paths[1]).unwrap();
+    let other = dir.path().join("other-node-id");
+    let d = Daemon::start(
+        dir.path(),
+        &specs,
+        &["--node-id-file", &other.display().to_string()],
+    );
+    let info = d
+        .client()
+        .call((0..2).map(|drive| Request::DriveInfo { drive }).collect())
+        .await
+        .unwrap();
+    let s = states(info);
+    assert_eq!(s[0].0, DriveState::Healthy, "{s:?}");
+    assert_eq!(s[1].0, DriveState::Failed, "{s:?}");
+    assert!(s[1].1.contains("belongs to node"), "{s:?}");
+    assert!(d.terminate());
+    assert!(
+        std::fs::read(&paths[1]).unwrap() == before,
+        "drive 1 was written"
+    );
+}

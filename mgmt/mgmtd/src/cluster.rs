@@ -490,8 +490,10 @@ mod tests {
         assert_eq!(state, "repairing");
         assert!((eta.unwrap() - 10.0).abs() < 0.5, "{eta:?}");
         // Fast progress long ago, none within the window: no frozen ETA.
-        let mut st = RepairStats::default();
-        st.last_rate_mib_s = 100.0;
+        let mut st = RepairStats {
+            last_rate_mib_s: 100.0,
+            ..Default::default()
+        };
         st.missing.push_back((ago(120), 1 << 30));
         st.missing.push_back((ago(20), 500));
         assert_eq!(st.progress(500), (None, "waiting"));

@@ -279,6 +279,9 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         datapath_addr.to_string(),
         "--local-key".to_string(),
         chunk_key.clone(),
+        // Binds the drives to this node: another node's drive is refused.
+        "--node-id-file".to_string(),
+        state_dir.join("datapath.node-id").display().to_string(),
         "--ready-file".to_string(),
         run_dir.join("datapathd.ready").display().to_string(),
         "--reactors".to_string(),

@@ -304,6 +304,9 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             format!("{local}:7409"),
             "--local-key".to_string(),
             chunk_key.clone(),
+            // Binds the drives to this node: another node's drive is refused.
+            "--node-id-file".to_string(),
+            dir.join("state/datapath.node-id").display().to_string(),
             "--peer-listen".to_string(),
             format!("{ip}:7410"),
             "--tls-dir".to_string(),

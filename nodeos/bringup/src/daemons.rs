@@ -35,6 +35,9 @@ pub fn datapathd_args(
         cfg.datapath.listen.to_string(),
         "--local-key".into(),
         chunk_key(state).display().to_string(),
+        // Binds the drives to this node: another node's drive is refused.
+        "--node-id-file".into(),
+        state.join("datapath.node-id").display().to_string(),
         "--backend".into(),
         backend.into(),
         "--reactors".into(),
