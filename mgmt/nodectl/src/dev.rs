@@ -12,14 +12,13 @@
 //! crash), and on Ctrl-C stops mgmtd first, so no S3 request is cut off behind a
 //! stopped datapath, then datapathd.
 
+use crate::supervisor::{self, locate, Daemon, Node};
 use crate::{io_err, NodectlError};
 use cairn_mgmtd::{Origin, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
 
 #[derive(clap::Args, Debug)]
 pub struct UpArgs {
@@ -74,142 +73,11 @@ pub struct DevState {
     pub mgmtd_pid: Option<u32>,
 }
 
-pub(crate) struct Daemon {
-    pub(crate) name: &'static str,
-    pub(crate) program: PathBuf,
-    pub(crate) args: Vec<String>,
-    pub(crate) env: Vec<(String, String)>,
-    pub(crate) log: PathBuf,
-    pub(crate) ready: PathBuf,
-    pub(crate) child: Option<Child>,
-    pub(crate) restarts: Vec<Instant>,
-}
-
-impl Daemon {
-    pub(crate) async fn start(&mut self) -> Result<String, NodectlError> {
-        let _ = std::fs::remove_file(&self.ready);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .map_err(io_err(format!("open {}", self.log.display())))?;
-        let log2 = log.try_clone().map_err(io_err("log file"))?;
-        let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(io_err(format!("start {}", self.program.display())))?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&self.ready) {
-                if !s.trim().is_empty() {
-                    self.child = Some(child);
-                    return Ok(s.trim().to_string());
-                }
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(NodectlError::Daemon(format!(
-                    "{} exited during start-up ({status}); see {}",
-                    self.name,
-                    self.log.display()
-                )));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill().await;
-                return Err(NodectlError::Daemon(format!(
-                    "{} did not become ready in 120 s; see {}",
-                    self.name,
-                    self.log.display()
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    pub(crate) fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
-    }
-
-    /// SIGTERM, then SIGKILL after `grace`.
-    pub(crate) async fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Some(pid) = child.id() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-        }
-        if tokio::time::timeout(grace, child.wait()).await.is_err() {
-            eprintln!(
-                "nodectl: {} did not stop in {grace:?}; killing it",
-                self.name
-            );
-            let _ = child.kill().await;
-        }
-    }
-}
-
-pub(crate) fn locate(name: &str) -> Result<PathBuf, NodectlError> {
-    if let Some(dir) = std::env::var_os("CAIRN_BIN_DIR") {
-        return Ok(PathBuf::from(dir).join(name));
-    }
-    let exe = std::env::current_exe().map_err(io_err("locate nodectl"))?;
-    let sibling = exe.with_file_name(name);
-    if sibling.exists() {
-        return Ok(sibling);
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            if dir.join(name).exists() {
-                return Ok(dir.join(name));
-            }
-        }
-    }
-    Err(NodectlError::Daemon(format!(
-        "cannot find the {name} binary next to nodectl or on PATH; build it with `cargo build --release`"
-    )))
-}
-
 /// A free loopback port, so a daemon keeps one address across restarts.
 fn free_port() -> Result<SocketAddr, NodectlError> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(io_err("pick a free port"))
-}
-
-/// Stops daemons that a killed supervisor left running on this directory, so two
-/// datapathds never claim the same drives.
-fn reap_stale(run: &Path, data: &Path) {
-    let Ok(s) = std::fs::read_to_string(run.join("dev.json")) else {
-        return;
-    };
-    let Ok(state) = serde_json::from_str::<DevState>(&s) else {
-        return;
-    };
-    let data = data.display().to_string();
-    for pid in [state.mgmtd_pid, state.datapathd_pid].into_iter().flatten() {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains(&data) && (cmdline.contains("datapathd") || cmdline.contains("mgmtd")) {
-            eprintln!("nodectl: stopping daemon {pid} left over from an earlier run");
-            let p = nix::unistd::Pid::from_raw(pid as i32);
-            let _ = nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGKILL);
-            for _ in 0..100 {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
 }
 
 pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
@@ -249,20 +117,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
     for d in [&drives_dir, &state_dir, &run_dir, &logs_dir] {
         std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
     }
-    let lock_file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(run_dir.join("lock"))
-        .map_err(io_err("open lock file"))?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|_| {
-            NodectlError::Usage(format!(
-                "another nodectl is already running on {}",
-                data.display()
-            ))
-        })?;
-    reap_stale(&run_dir, &data);
+    let _lock = supervisor::lock_data_dir(&data)?;
 
     let (root, origin) = RootCredentials::resolve(&state_dir, true)?;
     let datapath_addr = free_port()?;
@@ -272,149 +127,58 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         args.admin
     };
 
-    // mgmtd and datapathd prove this key to each other on every connection.
-    let chunk_key = state_dir.join("chunk.key").display().to_string();
-    let mut dp_args = vec![
-        "--listen".to_string(),
-        datapath_addr.to_string(),
-        "--local-key".to_string(),
-        chunk_key.clone(),
-        // Binds the drives to this node: another node's drive is refused.
-        "--node-id-file".to_string(),
-        state_dir.join("datapath.node-id").display().to_string(),
-        "--ready-file".to_string(),
-        run_dir.join("datapathd.ready").display().to_string(),
-        "--reactors".to_string(),
-        args.reactors.to_string(),
-    ];
-    for i in 0..args.drives {
-        dp_args.push("--drive".into());
-        dp_args.push(format!(
-            "{}:{}",
-            drives_dir.join(format!("drive-{i}.img")).display(),
-            args.drive_size
-        ));
-    }
-    let mut datapathd = Daemon {
-        name: "datapathd",
-        program: locate("datapathd")?,
-        args: dp_args,
-        env: vec![],
-        log: logs_dir.join("datapathd.log"),
-        ready: run_dir.join("datapathd.ready"),
-        child: None,
-        restarts: vec![],
-    };
-    let mut mg_args = vec![
-        "--data".to_string(),
-        state_dir.display().to_string(),
-        "--s3".to_string(),
-        args.s3.to_string(),
-        "--admin".to_string(),
-        admin_addr.to_string(),
-        "--datapath".to_string(),
-        datapath_addr.to_string(),
-        "--datapath-key".to_string(),
-        chunk_key,
-        "--drives".to_string(),
-        args.drives.to_string(),
-        "--ready-file".to_string(),
-        run_dir.join("mgmtd.ready").display().to_string(),
-    ];
+    let dp_args = supervisor::datapathd_args(
+        &data,
+        &datapath_addr.to_string(),
+        args.reactors,
+        args.drives,
+        &args.drive_size,
+    );
+    let mut mg_args = supervisor::mgmtd_args(
+        &data,
+        &args.s3.to_string(),
+        &admin_addr.to_string(),
+        &datapath_addr.to_string(),
+        args.drives,
+    );
     if let Some(ec) = &args.ec {
         mg_args.push("--ec".into());
         mg_args.push(ec.clone());
     }
-    let mut mgmtd = Daemon {
-        name: "mgmtd",
-        program: locate("mgmtd")?,
-        args: mg_args,
-        env: vec![
-            (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
-            (ENV_SECRET_KEY.to_string(), root.secret_key.clone()),
-        ],
-        log: logs_dir.join("mgmtd.log"),
-        ready: run_dir.join("mgmtd.ready"),
-        child: None,
-        restarts: vec![],
-    };
+    let env = vec![
+        (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
+        (ENV_SECRET_KEY.to_string(), root.secret_key.clone()),
+    ];
+    let mut nodes = [Node {
+        n: 1,
+        ip: std::net::Ipv4Addr::LOCALHOST,
+        id: String::new(),
+        datapathd: Daemon::new("datapathd", (locate("datapathd")?, dp_args), vec![], &data),
+        mgmtd: Daemon::new("mgmtd", (locate("mgmtd")?, mg_args), env, &data),
+        dir: data.clone(),
+    }];
 
     let started = Instant::now();
-    datapathd.start().await?;
-    if let Err(e) = mgmtd.start().await {
-        datapathd.stop(Duration::from_secs(10)).await;
-        return Err(e);
-    }
-    let state = |d: &Daemon, m: &Daemon| DevState {
+    supervisor::start_all(&mut nodes).await?;
+    let state = |node: &Node| DevState {
         s3: args.s3.to_string(),
         admin: admin_addr.to_string(),
         datapath: datapath_addr.to_string(),
         supervisor_pid: std::process::id(),
-        datapathd_pid: d.pid(),
-        mgmtd_pid: m.pid(),
+        datapathd_pid: node.datapathd.pid(),
+        mgmtd_pid: node.mgmtd.pid(),
     };
-    write_state(&run_dir, &state(&datapathd, &mgmtd))?;
+    write_state(&run_dir, &state(&nodes[0]))?;
     banner(&args, &data, &root, origin, started.elapsed());
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(io_err("install SIGTERM handler"))?;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
-            _ = tick.tick() => {}
-        }
-        let mut changed = false;
-        let mut gave_up = None;
-        for d in [&mut datapathd, &mut mgmtd] {
-            let exited = match d.child.as_mut().map(|c| c.try_wait()) {
-                Some(Ok(Some(status))) => Some(status.to_string()),
-                Some(Err(e)) => Some(e.to_string()),
-                _ => None,
-            };
-            if let Some(why) = exited {
-                d.child = None;
-                let now = Instant::now();
-                d.restarts
-                    .retain(|t| now.duration_since(*t) < Duration::from_secs(60));
-                d.restarts.push(now);
-                if d.restarts.len() > 5 {
-                    eprintln!("nodectl: {} keeps failing ({why}); giving up", d.name);
-                    gave_up = Some(format!(
-                        "{} exited 6 times in a minute; see {}",
-                        d.name,
-                        d.log.display()
-                    ));
-                    break;
-                }
-                eprintln!("nodectl: {} exited ({why}); restarting", d.name);
-                if let Err(e) = d.start().await {
-                    eprintln!("nodectl: restart of {} failed: {e}", d.name);
-                }
-                changed = true;
-            }
-        }
-        if let Some(why) = gave_up {
-            mgmtd.stop(Duration::from_secs(10)).await;
-            datapathd.stop(Duration::from_secs(10)).await;
-            return Err(NodectlError::Daemon(why));
-        }
-        if changed {
-            write_state(&run_dir, &state(&datapathd, &mgmtd))?;
-        }
-    }
-    eprintln!("nodectl: stopping");
-    mgmtd.stop(Duration::from_secs(15)).await;
-    datapathd.stop(Duration::from_secs(15)).await;
-    write_state(
-        &run_dir,
-        &DevState {
-            datapathd_pid: None,
-            mgmtd_pid: None,
-            ..state(&datapathd, &mgmtd)
-        },
-    )?;
+    // A single node that cannot stay up says so rather than loop: 6 exits of one
+    // daemon within a minute stop it.
+    let res = supervisor::supervise(&mut nodes, Some(6), async |nodes, _| {
+        write_state(&run_dir, &state(&nodes[0]))
+    })
+    .await;
+    write_state(&run_dir, &state(&nodes[0]))?;
+    res?;
     eprintln!(
         "nodectl: stopped; `nodectl dev up --data {}` serves the same data again",
         data.display()

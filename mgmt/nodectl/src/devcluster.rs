@@ -14,7 +14,7 @@
 //! `nodectl dev stop`, which is how users try failures by hand.
 
 use crate::admin::AdminApi;
-use crate::dev::{locate, Daemon};
+use crate::supervisor::{self, kill, locate, Daemon, Node};
 use crate::{io_err, NodectlError};
 use cairn_mgmtd::{ClusterStatus, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use serde::{Deserialize, Serialize};
@@ -149,60 +149,31 @@ fn ip(args: &[&str]) -> Result<(), NodectlError> {
     }
 }
 
-struct Node {
-    n: u16,
-    ip: Ipv4Addr,
-    dir: PathBuf,
-    id: String,
-    datapathd: Daemon,
-    mgmtd: Daemon,
+/// A local cluster's node listens on its own address, on the same ports as the
+/// others.
+fn node_addr(node: &Node, port: u16) -> String {
+    format!("{}:{port}", node.ip)
 }
 
-impl Node {
-    fn stopped_marker(&self) -> PathBuf {
-        self.dir.join("stopped")
-    }
+fn admin(node: &Node) -> Result<AdminApi, NodectlError> {
+    Ok(AdminApi {
+        addr: node_addr(node, 9001),
+        token: cairn_mgmtd::read_admin_token(&node.dir.join("state"))?,
+    })
+}
 
-    fn admin(&self) -> Result<AdminApi, NodectlError> {
-        Ok(AdminApi {
-            addr: format!("{}:9001", self.ip),
-            token: cairn_mgmtd::read_admin_token(&self.dir.join("state"))?,
-        })
-    }
-
-    fn view(&self) -> DevNode {
-        DevNode {
-            node: self.n,
-            id: self.id.clone(),
-            s3: format!("{}:9000", self.ip),
-            admin: format!("{}:9001", self.ip),
-            internal: format!("{}:9002", self.ip),
-            datapath: format!("{}:7410", self.ip),
-            datapathd_pid: self.datapathd.pid(),
-            mgmtd_pid: self.mgmtd.pid(),
-            stopped: self.stopped_marker().exists(),
-            dir: self.dir.display().to_string(),
-        }
-    }
-
-    async fn start(&mut self) -> Result<(), NodectlError> {
-        // A wiped (replaced) node starts from empty directories.
-        for d in ["drives", "state", "logs", "run"] {
-            std::fs::create_dir_all(self.dir.join(d))
-                .map_err(io_err(format!("create {}", self.dir.display())))?;
-        }
-        if self.datapathd.child.is_none() {
-            self.datapathd.start().await?;
-        }
-        if self.mgmtd.child.is_none() {
-            let ready = self.mgmtd.start().await?;
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&ready) {
-                if let Some(id) = v["node_id"].as_str() {
-                    self.id = id.to_string();
-                }
-            }
-        }
-        Ok(())
+fn view(node: &Node) -> DevNode {
+    DevNode {
+        node: node.n,
+        id: node.id.clone(),
+        s3: node_addr(node, 9000),
+        admin: node_addr(node, 9001),
+        internal: node_addr(node, 9002),
+        datapath: node_addr(node, 7410),
+        datapathd_pid: node.datapathd.pid(),
+        mgmtd_pid: node.mgmtd.pid(),
+        stopped: node.stopped_marker().exists(),
+        dir: node.dir.display().to_string(),
     }
 }
 
@@ -239,21 +210,7 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
         .canonicalize()
         .map_err(io_err(format!("resolve {}", args.data.display())))?;
     let run_dir = data.join("run");
-    std::fs::create_dir_all(&run_dir).map_err(io_err("create run dir"))?;
-    let lock_file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(run_dir.join("lock"))
-        .map_err(io_err("open lock file"))?;
-    let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusiveNonblock)
-        .map_err(|_| {
-            NodectlError::Usage(format!(
-                "another nodectl is already running on {}",
-                data.display()
-            ))
-        })?;
-    reap_stale(&run_dir, &data);
+    let _lock = supervisor::lock_data_dir(&data)?;
     let (root, _) = RootCredentials::resolve(&data.join("state"), true)?;
     let netns = if args.netns {
         let n = Netns::for_data(&data, args.nodes);
@@ -298,171 +255,86 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             Some(_) => Ipv4Addr::LOCALHOST,
             None => ip,
         };
-        let chunk_key = dir.join("state/chunk.key").display().to_string();
-        let mut dp_args = vec![
-            "--listen".to_string(),
-            format!("{local}:7409"),
-            "--local-key".to_string(),
-            chunk_key.clone(),
-            // Binds the drives to this node: another node's drive is refused.
-            "--node-id-file".to_string(),
-            dir.join("state/datapath.node-id").display().to_string(),
+        let mut dp_args = supervisor::datapathd_args(
+            &dir,
+            &format!("{local}:7409"),
+            args.reactors,
+            args.drives,
+            &args.drive_size,
+        );
+        dp_args.extend([
             "--peer-listen".to_string(),
             format!("{ip}:7410"),
             "--tls-dir".to_string(),
             dir.join("state/tls").display().to_string(),
-            "--ready-file".to_string(),
-            dir.join("run/datapathd.ready").display().to_string(),
-            "--reactors".to_string(),
-            args.reactors.to_string(),
-        ];
-        for i in 0..args.drives {
-            dp_args.push("--drive".into());
-            dp_args.push(format!(
-                "{}:{}",
-                dir.join(format!("drives/drive-{i}.img")).display(),
-                args.drive_size
-            ));
-        }
-        let mg_args = vec![
-            "--data".to_string(),
-            dir.join("state").display().to_string(),
-            "--s3".to_string(),
-            format!("{ip}:9000"),
-            "--admin".to_string(),
-            format!("{ip}:9001"),
+        ]);
+        let mut mg_args = supervisor::mgmtd_args(
+            &dir,
+            &format!("{ip}:9000"),
+            &format!("{ip}:9001"),
+            &format!("{local}:7409"),
+            args.drives,
+        );
+        mg_args.extend([
             "--internal".to_string(),
             format!("{ip}:9002"),
-            "--datapath".to_string(),
-            format!("{local}:7409"),
-            "--datapath-key".to_string(),
-            chunk_key,
             "--chunk-advertise".to_string(),
             format!("{ip}:7410"),
-            "--drives".to_string(),
-            args.drives.to_string(),
             "--repair-grace".to_string(),
             args.repair_grace.to_string(),
-            "--ready-file".to_string(),
-            dir.join("run/mgmtd.ready").display().to_string(),
-        ];
+        ]);
         let (dp_prog, dp_args) = wrap(locate("datapathd")?, dp_args);
         let (mg_prog, mg_args) = wrap(locate("mgmtd")?, mg_args);
+        let env = vec![
+            (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
+            (ENV_SECRET_KEY.to_string(), root.secret_key.clone()),
+        ];
         nodes.push(Node {
             n,
             ip,
             id: String::new(),
-            datapathd: Daemon {
-                name: "datapathd",
-                program: dp_prog,
-                args: dp_args,
-                env: vec![],
-                log: dir.join("logs/datapathd.log"),
-                ready: dir.join("run/datapathd.ready"),
-                child: None,
-                restarts: vec![],
-            },
-            mgmtd: Daemon {
-                name: "mgmtd",
-                program: mg_prog,
-                args: mg_args,
-                env: vec![
-                    (ENV_ACCESS_KEY.to_string(), root.access_key.clone()),
-                    (ENV_SECRET_KEY.to_string(), root.secret_key.clone()),
-                ],
-                log: dir.join("logs/mgmtd.log"),
-                ready: dir.join("run/mgmtd.ready"),
-                child: None,
-                restarts: vec![],
-            },
+            datapathd: Daemon::new("datapathd", (dp_prog, dp_args), vec![], &dir),
+            mgmtd: Daemon::new("mgmtd", (mg_prog, mg_args), env, &dir),
             dir,
         });
     }
     let started = Instant::now();
-    for node in nodes.iter_mut() {
-        if node.stopped_marker().exists() {
-            continue;
-        }
-        if let Err(e) = node.start().await {
-            stop_all(&mut nodes).await;
+    let formed = match supervisor::start_all(&mut nodes).await {
+        Ok(()) => form(&nodes, &args).await,
+        Err(e) => Err(e),
+    };
+    let cluster_id = match formed {
+        Ok(id) => id,
+        Err(e) => {
+            supervisor::stop_all(&mut nodes).await;
             if let Some(ns) = &netns {
                 ns.destroy();
             }
             return Err(e);
         }
-    }
-    let cluster_id = form(&nodes, &args).await?;
+    };
     let write_state = |run: &Path, id: &str, root: &RootCredentials, nodes: &[Node]| {
         write_state(run, id, root, nodes, netns.clone())
     };
     write_state(&run_dir, &cluster_id, &root, &nodes)?;
     banner(&data, &root, &cluster_id, &nodes, started.elapsed());
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(io_err("install SIGTERM handler"))?;
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let mut rejoin = Vec::new();
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
-            _ = tick.tick() => {}
-        }
-        let mut changed = false;
-        for node in nodes.iter_mut() {
-            let held = node.stopped_marker().exists();
-            for d in [&mut node.datapathd, &mut node.mgmtd] {
-                let exited = match d.child.as_mut().map(|c| c.try_wait()) {
-                    Some(Ok(Some(status))) => Some(status.to_string()),
-                    Some(Err(e)) => Some(e.to_string()),
-                    _ => None,
-                };
-                if let Some(why) = exited {
-                    d.child = None;
-                    changed = true;
-                    if !held {
-                        eprintln!(
-                            "nodectl: node {} {} exited ({why}); restarting",
-                            node.n, d.name
-                        );
-                    }
-                }
-            }
-            if !held && (node.datapathd.child.is_none() || node.mgmtd.child.is_none()) {
-                if let Err(e) = node.start().await {
-                    eprintln!("nodectl: node {}: restart failed: {e}", node.n);
-                }
-                changed = true;
-                rejoin.push(node.n);
-            }
-        }
+    let res = supervisor::supervise(&mut nodes, None, async |nodes, tick| {
         // A node that came back without its state (wiped, or replaced) is a new
         // node to the cluster: join it again, as an operator would.
-        for n in rejoin.drain(..) {
-            if let Err(e) = rejoin_node(&nodes, n).await {
+        for n in tick.restarted {
+            if let Err(e) = rejoin_node(nodes, n).await {
                 eprintln!("nodectl: node {n}: rejoin failed: {e}");
             }
         }
-        if changed {
-            write_state(&run_dir, &cluster_id, &root, &nodes)?;
-        }
-    }
-    eprintln!("nodectl: stopping the cluster");
-    stop_all(&mut nodes).await;
+        write_state(&run_dir, &cluster_id, &root, nodes)
+    })
+    .await;
     write_state(&run_dir, &cluster_id, &root, &nodes)?;
     if let Some(ns) = &netns {
         ns.destroy();
     }
-    Ok(())
-}
-
-async fn stop_all(nodes: &mut [Node]) {
-    for n in nodes.iter_mut() {
-        n.mgmtd.stop(Duration::from_secs(15)).await;
-    }
-    for n in nodes.iter_mut() {
-        n.datapathd.stop(Duration::from_secs(15)).await;
-    }
+    res
 }
 
 /// Creates the cluster on node 1 and joins the others, skipping what is already
@@ -472,11 +344,10 @@ async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError
         .iter()
         .find(|n| !n.stopped_marker().exists())
         .ok_or_else(|| NodectlError::Usage("every node is stopped".into()))?;
-    let status: ClusterStatus = first.admin()?.get("/v1/cluster/status").await?;
+    let status: ClusterStatus = admin(first)?.get("/v1/cluster/status").await?;
     let (cluster_id, token) = if status.cluster_id.is_empty() {
         let ec = args.ec.clone().unwrap_or_else(|| default_ec(args.nodes));
-        let r: serde_json::Value = first
-            .admin()?
+        let r: serde_json::Value = admin(first)?
             .post(
                 "/v1/cluster/init",
                 &serde_json::json!({ "ec": ec, "replicas": args.replicas }),
@@ -487,7 +358,7 @@ async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError
             r["token"].as_str().unwrap_or_default().to_string(),
         )
     } else {
-        let r: serde_json::Value = first.admin()?.get("/v1/cluster/token").await?;
+        let r: serde_json::Value = admin(first)?.get("/v1/cluster/token").await?;
         (
             status.cluster_id.clone(),
             r["token"].as_str().unwrap_or_default().to_string(),
@@ -497,12 +368,11 @@ async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError
         if n.n == first.n || n.stopped_marker().exists() {
             continue;
         }
-        let s: ClusterStatus = n.admin()?.get("/v1/cluster/status").await?;
+        let s: ClusterStatus = admin(n)?.get("/v1/cluster/status").await?;
         if !s.cluster_id.is_empty() {
             continue;
         }
-        let _: serde_json::Value = n
-            .admin()?
+        let _: serde_json::Value = admin(n)?
             .post(
                 "/v1/cluster/join",
                 &serde_json::json!({ "seed": format!("{}:9002", first.ip), "token": token }),
@@ -517,7 +387,7 @@ async fn rejoin_node(nodes: &[Node], n: u16) -> Result<(), NodectlError> {
     let Some(node) = nodes.iter().find(|x| x.n == n) else {
         return Ok(());
     };
-    let s: ClusterStatus = node.admin()?.get("/v1/cluster/status").await?;
+    let s: ClusterStatus = admin(node)?.get("/v1/cluster/status").await?;
     if !s.cluster_id.is_empty() {
         return Ok(());
     }
@@ -525,13 +395,12 @@ async fn rejoin_node(nodes: &[Node], n: u16) -> Result<(), NodectlError> {
         .iter()
         .filter(|x| x.n != n && !x.stopped_marker().exists())
     {
-        let Ok(api) = seed.admin() else { continue };
+        let Ok(api) = admin(seed) else { continue };
         let Ok(t) = api.get::<serde_json::Value>("/v1/cluster/token").await else {
             continue;
         };
         let token = t["token"].as_str().unwrap_or_default().to_string();
-        let _: serde_json::Value = node
-            .admin()?
+        let _: serde_json::Value = admin(node)?
             .post(
                 "/v1/cluster/join",
                 &serde_json::json!({ "seed": format!("{}:9002", seed.ip), "token": token }),
@@ -554,7 +423,7 @@ fn write_state(
         supervisor_pid: std::process::id(),
         cluster_id: cluster_id.to_string(),
         access_key: root.access_key.clone(),
-        nodes: nodes.iter().map(Node::view).collect(),
+        nodes: nodes.iter().map(view).collect(),
         netns,
     };
     let body = serde_json::to_vec_pretty(&s).unwrap_or_default();
@@ -578,35 +447,6 @@ pub fn read_state(data: &Path) -> Result<DevCluster, NodectlError> {
             p.display()
         ))
     })
-}
-
-fn reap_stale(run: &Path, data: &Path) {
-    let Ok(state) = read_state(run.parent().unwrap_or(run)) else {
-        return;
-    };
-    let data = data.display().to_string();
-    for n in &state.nodes {
-        for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            if String::from_utf8_lossy(&cmdline).contains(&data) {
-                eprintln!("nodectl: stopping daemon {pid} left over from an earlier run");
-                kill(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-fn kill(pid: u32, sig: nix::sys::signal::Signal) {
-    let p = nix::unistd::Pid::from_raw(pid as i32);
-    let _ = nix::sys::signal::kill(p, sig);
-    if sig == nix::sys::signal::Signal::SIGKILL {
-        for _ in 0..100 {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
 }
 
 fn banner(data: &Path, root: &RootCredentials, cluster_id: &str, nodes: &[Node], took: Duration) {

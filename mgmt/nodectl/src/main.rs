@@ -10,6 +10,7 @@ mod gc;
 mod nodeos;
 mod scrub;
 mod status;
+mod supervisor;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
