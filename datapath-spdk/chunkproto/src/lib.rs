@@ -72,44 +72,7 @@ pub enum ProtoError {
     Auth(String),
 }
 
-/// A chunk's identity: 128 bits chosen by the caller (mgmtd derives it from the
-/// object version, the stripe and the fragment index).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct ChunkId(pub [u8; 16]);
-
-impl ChunkId {
-    /// The smallest id; `List` starts after it.
-    pub const MIN: ChunkId = ChunkId([0; 16]);
-
-    /// Builds an id from a 128-bit integer.
-    pub fn from_u128(v: u128) -> Self {
-        ChunkId(v.to_be_bytes())
-    }
-
-    /// The id as a 128-bit integer.
-    pub fn as_u128(&self) -> u128 {
-        u128::from_be_bytes(self.0)
-    }
-}
-
-impl fmt::Debug for ChunkId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.as_u128())
-    }
-}
-
-impl fmt::Display for ChunkId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.as_u128())
-    }
-}
-
-/// Tenant identity travels with every chunk operation; a chunk is visible only to
-/// the tenant that wrote it.
-pub type TenantId = u64;
-
-/// Index of a drive within one datapathd.
-pub type DriveIndex = u16;
+pub use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 
 /// One operation of a request batch.
 #[derive(Clone, PartialEq, Eq)]
@@ -366,15 +329,6 @@ pub struct DriveSpace {
     pub formatted_at_open: bool,
     /// Corrupt records compaction has dropped since the drive was opened.
     pub dropped_since_open: u64,
-}
-
-/// One chunk as `ListVersions` reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ChunkVersion {
-    pub id: ChunkId,
-    pub tenant: TenantId,
-    /// The sequence number of the write that made this chunk on its drive.
-    pub seq: u64,
 }
 
 /// The successful result of one operation.

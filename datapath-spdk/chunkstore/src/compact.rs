@@ -14,7 +14,7 @@
 use crate::format::*;
 use crate::store::{ChunkStore, Entry, Io, Seg, SegState, MAX_BATCH_BYTES};
 use crate::Result;
-use cairn_chunkproto::ChunkId;
+use cairn_types::ChunkId;
 use std::collections::{BTreeSet, HashMap};
 
 /// What one round did.

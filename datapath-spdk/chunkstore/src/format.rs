@@ -6,7 +6,7 @@
 //! smoke-tested with random input in the unit tests.
 
 use crate::StoreError;
-use cairn_chunkproto::ChunkId;
+use cairn_types::ChunkId;
 
 /// The store's block: the unit of alignment of every write.
 pub const BLOCK: usize = 4096;

@@ -37,7 +37,7 @@ use crate::format::*;
 use crate::store::{read_sync, run, ChunkStore, Entry, Io, Seg, SegState};
 use crate::{Result, StoreError};
 use cairn_blockdev::BlockDevice;
-use cairn_chunkproto::ChunkId;
+use cairn_types::ChunkId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What an open found damaged, dropped and salvaged (see [`crate::Report`]).

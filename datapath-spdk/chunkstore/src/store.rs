@@ -11,7 +11,7 @@ use crate::recovery::OpenStats;
 use crate::{Result, StoreError};
 use bytes::Bytes;
 use cairn_blockdev::{BlockDevice, Completion, DeviceInfo, DmaBuf, QueuePair};
-use cairn_chunkproto::{ChunkId, ChunkVersion, TenantId};
+use cairn_types::{ChunkId, ChunkVersion, TenantId};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::time::{Duration, Instant};

@@ -8,7 +8,7 @@ use crate::store::{
 };
 use crate::{Result, StoreError};
 use cairn_blockdev::BlockError;
-use cairn_chunkproto::{ChunkId, TenantId};
+use cairn_types::{ChunkId, TenantId};
 use std::collections::HashMap;
 
 impl ChunkStore {

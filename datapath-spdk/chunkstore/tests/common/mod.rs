@@ -3,11 +3,11 @@
 #![allow(dead_code)]
 
 use cairn_blockdev::{BlockDevice, RamDevice, UringDevice};
-use cairn_chunkproto::ChunkId;
 use cairn_chunkstore::format::{SegmentFooter, SegmentHeader, BLOCK};
 use cairn_chunkstore::{
     format, ChunkStore, FormatParams, Report, StoreError, WriteOp, WriteOutcome,
 };
+use cairn_types::ChunkId;
 use std::path::PathBuf;
 
 pub const DATA_MB: u64 = format::DATA_OFFSET;
