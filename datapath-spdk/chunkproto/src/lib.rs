@@ -32,7 +32,9 @@ pub mod auth;
 mod client;
 mod codec;
 mod reply;
-pub mod tls;
+/// Mutual TLS between nodes (the cluster PKI crate's, re-exported: the peer
+/// listener and client are configured with it).
+pub use cairn_pki::tls;
 
 pub use client::ChunkClient;
 pub use codec::{

@@ -31,6 +31,17 @@ pub enum ClusterError {
     NotCertified,
 }
 
+impl From<cairn_pki::PkiError> for ClusterError {
+    fn from(e: cairn_pki::PkiError) -> ClusterError {
+        use cairn_pki::PkiError::*;
+        match e {
+            // What a joiner sent: the join is refused, not the node's PKI broken.
+            BadPublicKey | MalformedToken | WrongToken => ClusterError::JoinRefused(e.to_string()),
+            e => ClusterError::Pki(e.to_string()),
+        }
+    }
+}
+
 impl From<ClusterError> for MetaError {
     fn from(e: ClusterError) -> MetaError {
         MetaError::Unavailable(e.to_string())

@@ -57,7 +57,7 @@ impl Cluster {
         .await?;
         // The first member certifies itself with the CA it just made.
         let key = pki::NodeKey::generate()?;
-        let cert = pki::issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
+        let cert = issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
         self.transport
             .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
         self.propose_map(MapChange::AddNode {
@@ -68,13 +68,13 @@ impl Cluster {
             at_ms: now_ms(),
         })
         .await?;
-        pki::token(&secrets)
+        Ok(pki::token(&secrets)?)
     }
 
     /// A join token for this cluster (members only).
     pub fn token(&self) -> Result<String, ClusterError> {
         let s = self.secrets().ok_or(ClusterError::NotMember)?;
-        pki::token(&s)
+        Ok(pki::token(&s)?)
     }
 
     /// The replicated secrets (members only).
@@ -150,7 +150,7 @@ impl Cluster {
         let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
         pki::check_token(&secrets, &req.token)?;
         let cluster_id = self.map().cluster_id.clone();
-        let cert_pem = pki::issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
+        let cert_pem = issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
         // The map names the certificate: peers accept it while the node is listed.
         self.propose_map(MapChange::AddNode {
             node: NodeAdvert {
@@ -191,4 +191,24 @@ impl Cluster {
             cert_pem,
         })
     }
+}
+
+/// A certificate for the node `advert` describes, named by its id and every
+/// address it advertises.
+fn issue(
+    secrets: &crate::Secrets,
+    cluster_id: &str,
+    advert: &crate::NodeAdvert,
+    public_key_hex: &str,
+) -> Result<String, ClusterError> {
+    let addrs = [
+        advert.internal.as_str(),
+        advert.chunk.as_str(),
+        advert.s3.as_str(),
+    ];
+    let names = pki::NodeNames {
+        id: advert.id,
+        addrs: &addrs,
+    };
+    Ok(pki::issue(secrets, cluster_id, names, public_key_hex)?)
 }

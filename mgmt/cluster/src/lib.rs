@@ -28,7 +28,6 @@ mod log_store;
 pub mod map;
 mod network;
 mod node;
-pub mod pki;
 mod propose;
 mod routes;
 mod state_machine;
@@ -37,6 +36,8 @@ mod transport;
 mod types;
 mod voters;
 
+/// The cluster PKI (its own crate; issuance and tokens).
+pub use cairn_pki::ca as pki;
 pub use error::ClusterError;
 pub use join::{JoinReply, JoinRequest};
 pub use map::{

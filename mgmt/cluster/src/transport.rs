@@ -31,7 +31,7 @@ pub struct Certified {
 
 impl Certified {
     fn new(node: NodeTls) -> Result<Certified, ClusterError> {
-        let tls = |e: cairn_chunkproto::tls::TlsError| ClusterError::Pki(e.to_string());
+        let tls = |e: cairn_pki::PkiError| ClusterError::Pki(e.to_string());
         let client = node.client_config().map_err(tls)?;
         let http = reqwest::Client::builder()
             .use_preconfigured_tls((*client).clone())

@@ -20,20 +20,7 @@ pub enum Command {
     Secrets(Secrets),
 }
 
-/// The cluster's secrets.
-#[derive(Clone, Default, Serialize, Deserialize)]
-pub struct Secrets {
-    pub ca_cert_pem: String,
-    pub ca_key_pem: String,
-    /// The secret half of join tokens.
-    pub join_secret: String,
-}
-
-impl std::fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secrets(..)")
-    }
-}
+pub use cairn_pki::Secrets;
 
 /// Why the node a proposal was forwarded to did not answer with an outcome; typed
 /// so that the proposer can tell "not appended anywhere" from "may be in the log".

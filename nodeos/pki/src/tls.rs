@@ -7,10 +7,11 @@
 //! the cluster CA; a peer without one is refused during the handshake.
 //!
 //! This module only builds rustls configurations from PEM material; issuing
-//! certificates is the cluster layer's business. The crypto provider is `ring`,
+//! certificates is [`crate::ca`]'s. The crypto provider is `ring`,
 //! named explicitly: the workspace may also link aws-lc-rs (through test clients),
 //! and rustls refuses to guess between two.
 
+use crate::PkiError;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -31,13 +32,13 @@ pub const KEY_FILE: &str = "node.key";
 pub const PEERS_FILE: &str = "peers";
 
 /// Reads [`PEERS_FILE`] from `dir`: `None` when it does not exist.
-pub fn load_peers(dir: &Path) -> Result<Option<std::collections::HashSet<[u8; 32]>>, TlsError> {
+pub fn load_peers(dir: &Path) -> Result<Option<std::collections::HashSet<[u8; 32]>>, PkiError> {
     let p = dir.join(PEERS_FILE);
     let text = match std::fs::read_to_string(&p) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {
-            return Err(TlsError::Read {
+            return Err(PkiError::Read {
                 path: p.display().to_string(),
                 source,
             })
@@ -45,7 +46,7 @@ pub fn load_peers(dir: &Path) -> Result<Option<std::collections::HashSet<[u8; 32
     };
     let mut set = std::collections::HashSet::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let fp = parse_sha256_hex(line).ok_or_else(|| TlsError::Pem {
+        let fp = parse_sha256_hex(line).ok_or_else(|| PkiError::Pem {
             what: p.display().to_string(),
             why: format!("{line:?} is not a SHA-256 in hex"),
         })?;
@@ -63,20 +64,6 @@ fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
         *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
     Some(out)
-}
-
-/// Errors building TLS configurations.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("{what}: {why}")]
-    Pem { what: String, why: String },
-    #[error("reading {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("TLS configuration: {0}")]
-    Config(String),
 }
 
 /// The crypto provider of every Cairn TLS configuration.
@@ -102,8 +89,8 @@ impl Clone for NodeTls {
     }
 }
 
-fn pem_err(what: &str) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError + '_ {
-    move |e| TlsError::Pem {
+fn pem_err(what: &str) -> impl FnOnce(rustls::pki_types::pem::Error) -> PkiError + '_ {
+    move |e| PkiError::Pem {
         what: what.to_string(),
         why: e.to_string(),
     }
@@ -112,13 +99,13 @@ fn pem_err(what: &str) -> impl FnOnce(rustls::pki_types::pem::Error) -> TlsError
 impl NodeTls {
     /// From PEM text: the CA certificate, the node certificate (optionally followed
     /// by the CA, which is added to the chain when missing) and the node's key.
-    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<NodeTls, TlsError> {
+    pub fn from_pem(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<NodeTls, PkiError> {
         let ca = CertificateDer::from_pem_slice(ca_pem.as_bytes()).map_err(pem_err("CA"))?;
         let mut chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
             .collect::<Result<Vec<_>, _>>()
             .map_err(pem_err("node certificate"))?;
         if chain.is_empty() {
-            return Err(TlsError::Pem {
+            return Err(PkiError::Pem {
                 what: "node certificate".into(),
                 why: "no certificate".into(),
             });
@@ -136,10 +123,10 @@ impl NodeTls {
 
     /// Reads `ca.pem`, `node.pem` and `node.key` from `dir`; `None` when the node
     /// has no certificate yet (no `node.pem`).
-    pub fn load(dir: &Path) -> Result<Option<NodeTls>, TlsError> {
+    pub fn load(dir: &Path) -> Result<Option<NodeTls>, PkiError> {
         let read = |name: &str| {
             let p = dir.join(name);
-            std::fs::read_to_string(&p).map_err(|source| TlsError::Read {
+            std::fs::read_to_string(&p).map_err(|source| PkiError::Read {
                 path: p.display().to_string(),
                 source,
             })
@@ -155,11 +142,11 @@ impl NodeTls {
         &self.ca
     }
 
-    fn roots(&self) -> Result<Arc<RootCertStore>, TlsError> {
+    fn roots(&self) -> Result<Arc<RootCertStore>, PkiError> {
         let mut roots = RootCertStore::empty();
         roots
             .add(self.ca.clone())
-            .map_err(|e| TlsError::Config(format!("cluster CA: {e}")))?;
+            .map_err(|e| PkiError::Config(format!("cluster CA: {e}")))?;
         Ok(Arc::new(roots))
     }
 
@@ -167,7 +154,7 @@ impl NodeTls {
     /// present a certificate from the cluster CA fails the handshake; without it,
     /// such a client is let in and the caller decides what it may reach (a joining
     /// node has no certificate yet).
-    pub fn server_config(&self, require_client_cert: bool) -> Result<Arc<ServerConfig>, TlsError> {
+    pub fn server_config(&self, require_client_cert: bool) -> Result<Arc<ServerConfig>, PkiError> {
         let builder = WebPkiClientVerifier::builder_with_provider(self.roots()?, provider());
         let builder = if require_client_cert {
             builder
@@ -176,25 +163,25 @@ impl NodeTls {
         };
         let verifier = builder
             .build()
-            .map_err(|e| TlsError::Config(e.to_string()))?;
+            .map_err(|e| PkiError::Config(e.to_string()))?;
         let cfg = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| TlsError::Config(e.to_string()))?
+            .map_err(|e| PkiError::Config(e.to_string()))?
             .with_client_cert_verifier(verifier)
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(format!("node certificate and key: {e}")))?;
+            .map_err(|e| PkiError::Config(format!("node certificate and key: {e}")))?;
         Ok(Arc::new(cfg))
     }
 
     /// A client configuration: trusts only the cluster CA and presents the node's
     /// certificate.
-    pub fn client_config(&self) -> Result<Arc<ClientConfig>, TlsError> {
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, PkiError> {
         let cfg = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| TlsError::Config(e.to_string()))?
+            .map_err(|e| PkiError::Config(e.to_string()))?
             .with_root_certificates(self.roots()?)
             .with_client_auth_cert(self.chain.clone(), self.key.clone_key())
-            .map_err(|e| TlsError::Config(format!("node certificate and key: {e}")))?;
+            .map_err(|e| PkiError::Config(format!("node certificate and key: {e}")))?;
         Ok(Arc::new(cfg))
     }
 }
@@ -203,10 +190,10 @@ impl NodeTls {
 /// cluster only by the SHA-256 of its CA certificate (from the join token): the
 /// server must present a chain that contains that CA and a certificate it signed
 /// for the address dialled.
-pub fn pinned_ca_client_config(ca_sha256: [u8; 32]) -> Result<Arc<ClientConfig>, TlsError> {
+pub fn pinned_ca_client_config(ca_sha256: [u8; 32]) -> Result<Arc<ClientConfig>, PkiError> {
     let cfg = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(|e| TlsError::Config(e.to_string()))?
+        .map_err(|e| PkiError::Config(e.to_string()))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(PinnedCa { ca_sha256 }))
         .with_no_client_auth();
@@ -303,11 +290,11 @@ impl ServerCertVerifier for PinnedCa {
 }
 
 /// The TLS server name for an address `host:port` (an IP address or a DNS name).
-pub fn server_name(addr: &str) -> Result<ServerName<'static>, TlsError> {
+pub fn server_name(addr: &str) -> Result<ServerName<'static>, PkiError> {
     let host = match addr.rsplit_once(':') {
         Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
         None => addr,
     };
     ServerName::try_from(host.to_string())
-        .map_err(|e| TlsError::Config(format!("{addr}: not a host name or IP address: {e}")))
+        .map_err(|e| PkiError::Config(format!("{addr}: not a host name or IP address: {e}")))
 }

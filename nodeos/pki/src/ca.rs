@@ -1,4 +1,4 @@
-//! The cluster's certificate authority and join tokens.
+//! The cluster's certificate authority, node certificates and join tokens.
 //!
 //! `cluster init` makes a CA (ECDSA P-256, rcgen); its certificate and key travel
 //! in the Raft log as [`Secrets`], so whichever node leads can admit a joiner. A
@@ -11,9 +11,7 @@
 //! dials belongs to that cluster (as kubeadm's discovery hash does); the second
 //! proves to the cluster that the operator let the joiner in.
 
-use crate::map::NodeAdvert;
-use crate::types::Secrets;
-use crate::ClusterError;
+use crate::PkiError;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
@@ -24,8 +22,35 @@ use rustls::pki_types::CertificateDer;
 
 const TOKEN_PREFIX: &str = "cairn1";
 
-fn pki_err(what: &str) -> impl FnOnce(rcgen::Error) -> ClusterError + '_ {
-    move |e| ClusterError::Pki(format!("{what}: {e}"))
+/// The cluster's secrets: they travel in the Raft log, so whichever node leads can
+/// admit a joiner.
+#[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Secrets {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    /// The secret half of join tokens.
+    pub join_secret: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(..)")
+    }
+}
+
+/// What a node's certificate names: its id and the addresses it is reached at.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeNames<'a> {
+    pub id: u64,
+    /// Every `host:port` it advertises (internal API, chunk service, S3).
+    pub addrs: &'a [&'a str],
+}
+
+fn pki_err(what: &str) -> impl FnOnce(rcgen::Error) -> PkiError + '_ {
+    move |e| PkiError::Issue {
+        what: what.to_string(),
+        why: e.to_string(),
+    }
 }
 
 /// The CA's parameters: rebuilt from the cluster id whenever the CA signs, so only
@@ -47,7 +72,7 @@ fn ca_params(cluster_id: &str) -> CertificateParams {
 }
 
 /// A new CA for `cluster_id`, with a fresh join secret.
-pub fn new_ca(cluster_id: &str) -> Result<Secrets, ClusterError> {
+pub fn new_ca(cluster_id: &str) -> Result<Secrets, PkiError> {
     let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).map_err(pki_err("CA key"))?;
     let mut params = ca_params(cluster_id);
     params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
@@ -66,7 +91,7 @@ pub fn new_ca(cluster_id: &str) -> Result<Secrets, ClusterError> {
 pub struct NodeKey(KeyPair);
 
 impl NodeKey {
-    pub fn generate() -> Result<NodeKey, ClusterError> {
+    pub fn generate() -> Result<NodeKey, PkiError> {
         KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256)
             .map(NodeKey)
             .map_err(pki_err("node key"))
@@ -126,14 +151,12 @@ fn dns_label(s: &str) -> String {
 pub fn issue(
     secrets: &Secrets,
     cluster_id: &str,
-    node: &NodeAdvert,
+    node: NodeNames<'_>,
     public_key_hex: &str,
-) -> Result<String, ClusterError> {
+) -> Result<String, PkiError> {
     let raw = unhex(public_key_hex)
         .filter(|k| k.len() == 65 && k[0] == 4)
-        .ok_or_else(|| {
-            ClusterError::JoinRefused("the public key is not an uncompressed P-256 point".into())
-        })?;
+        .ok_or(PkiError::BadPublicKey)?;
     let ca_key = KeyPair::from_pem(&secrets.ca_key_pem).map_err(pki_err("CA key"))?;
     let issuer = Issuer::new(ca_params(cluster_id), ca_key);
     let mut params = CertificateParams::default();
@@ -153,7 +176,7 @@ pub fn issue(
             .try_into()
             .map_err(pki_err("node name"))?,
     )];
-    for addr in [&node.internal, &node.chunk, &node.s3] {
+    for &addr in node.addrs {
         let host = host_of(addr);
         let san = match host.parse::<std::net::IpAddr>() {
             Ok(ip) => SanType::IpAddress(ip),
@@ -178,21 +201,27 @@ fn host_of(addr: &str) -> &str {
 }
 
 /// SHA-256 of the CA certificate in `secrets`.
-fn ca_fingerprint(secrets: &Secrets) -> Result<[u8; 32], ClusterError> {
-    let der = CertificateDer::from_pem_slice(secrets.ca_cert_pem.as_bytes())
-        .map_err(|e| ClusterError::Pki(format!("CA certificate: {e}")))?;
-    Ok(cairn_chunkproto::tls::cert_sha256(&der))
+fn ca_fingerprint(secrets: &Secrets) -> Result<[u8; 32], PkiError> {
+    let der = CertificateDer::from_pem_slice(secrets.ca_cert_pem.as_bytes()).map_err(|e| {
+        PkiError::Pem {
+            what: "CA certificate".into(),
+            why: e.to_string(),
+        }
+    })?;
+    Ok(crate::tls::cert_sha256(&der))
 }
 
 /// SHA-256 (hex) of a PEM certificate, as the map records it.
-pub fn fingerprint(cert_pem: &str) -> Result<String, ClusterError> {
-    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
-        .map_err(|e| ClusterError::Pki(format!("certificate: {e}")))?;
-    Ok(hex(&cairn_chunkproto::tls::cert_sha256(&der)))
+pub fn fingerprint(cert_pem: &str) -> Result<String, PkiError> {
+    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| PkiError::Pem {
+        what: "certificate".into(),
+        why: e.to_string(),
+    })?;
+    Ok(hex(&crate::tls::cert_sha256(&der)))
 }
 
 /// The join token of the cluster.
-pub fn token(secrets: &Secrets) -> Result<String, ClusterError> {
+pub fn token(secrets: &Secrets) -> Result<String, PkiError> {
     Ok(format!(
         "{TOKEN_PREFIX}.{}.{}",
         hex(&ca_fingerprint(secrets)?),
@@ -201,12 +230,8 @@ pub fn token(secrets: &Secrets) -> Result<String, ClusterError> {
 }
 
 /// A token's parts: the CA fingerprint and the secret.
-pub fn parse_token(token: &str) -> Result<([u8; 32], &str), ClusterError> {
-    let bad = || {
-        ClusterError::JoinRefused(format!(
-            "a join token looks like {TOKEN_PREFIX}.<64 hex digits>.<secret> (from `nodectl cluster token`)"
-        ))
-    };
+pub fn parse_token(token: &str) -> Result<([u8; 32], &str), PkiError> {
+    let bad = || PkiError::MalformedToken;
     let mut parts = token.trim().splitn(3, '.');
     let (Some(TOKEN_PREFIX), Some(fp), Some(secret)) = (parts.next(), parts.next(), parts.next())
     else {
@@ -220,7 +245,7 @@ pub fn parse_token(token: &str) -> Result<([u8; 32], &str), ClusterError> {
 }
 
 /// Checks a presented token in constant time (in the secret's length).
-pub fn check_token(secrets: &Secrets, token: &str) -> Result<(), ClusterError> {
+pub fn check_token(secrets: &Secrets, token: &str) -> Result<(), PkiError> {
     let (fp, secret) = parse_token(token)?;
     let (a, b) = (secrets.join_secret.as_bytes(), secret.as_bytes());
     let same_secret =
@@ -228,11 +253,12 @@ pub fn check_token(secrets: &Secrets, token: &str) -> Result<(), ClusterError> {
     if same_secret && fp == ca_fingerprint(secrets)? {
         Ok(())
     } else {
-        Err(ClusterError::JoinRefused("wrong join token".into()))
+        Err(PkiError::WrongToken)
     }
 }
 
-pub(crate) fn hex(b: &[u8]) -> String {
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
@@ -249,25 +275,23 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_chunkproto::tls::NodeTls;
+    use crate::tls::NodeTls;
 
-    fn advert(id: u64, ip: &str) -> NodeAdvert {
-        NodeAdvert {
-            id,
-            internal: format!("{ip}:9002"),
-            chunk: format!("{ip}:7410"),
-            s3: format!("{ip}:9000"),
-            domain: String::new(),
-            drives: vec![],
-            cert: String::new(),
-        }
+    fn names<'a>(id: u64, addrs: &'a [&'a str]) -> NodeNames<'a> {
+        NodeNames { id, addrs }
     }
 
     #[test]
     fn issued_certificates_make_working_tls_identities() {
         let s = new_ca("c1").unwrap();
         let key = NodeKey::generate().unwrap();
-        let cert = issue(&s, "c1", &advert(7, "10.0.0.7"), &key.public_hex()).unwrap();
+        let cert = issue(
+            &s,
+            "c1",
+            names(7, &["10.0.0.7:9002", "10.0.0.7:7410"]),
+            &key.public_hex(),
+        )
+        .unwrap();
         let tls = NodeTls::from_pem(&s.ca_cert_pem, &cert, &key.private_pem()).unwrap();
         tls.client_config().unwrap();
         // A key that is not the certified one is refused up front.
@@ -304,7 +328,7 @@ mod tests {
     fn garbage_public_keys_are_refused() {
         let s = new_ca("c1").unwrap();
         for k in ["", "04", "zz", &"00".repeat(65)] {
-            assert!(issue(&s, "c1", &advert(1, "10.0.0.1"), k).is_err());
+            assert!(issue(&s, "c1", names(1, &["10.0.0.1:9002"]), k).is_err());
         }
     }
 }
