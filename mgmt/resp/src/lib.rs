@@ -130,19 +130,25 @@ async fn connection(
         }
         let cmd = tokio::select! {
             c = codec::read_command(&mut rd, cfg.limits) => c,
-            // Only an idle connection is cut at shutdown; a command being read
-            // is finished (the select restarts it only while nothing is read).
+            // At shutdown a connection waiting for its next command is closed; a
+            // command only partly received is dropped unanswered, never partly
+            // run (commands run outside this select, so they always finish).
             _ = stop.changed(), if rd.buffer().is_empty() => return Ok(()),
         };
         let args = match cmd {
             Ok(Some(a)) => a,
             Ok(None) => return Ok(()),
-            Err(RespError::Protocol(m)) => {
+            // Best effort: a client that half-closed mid-command may still read.
+            Err(e @ (RespError::Protocol(_) | RespError::Eof)) => {
+                let m = match &e {
+                    RespError::Protocol(m) => m.as_str(),
+                    _ => "unexpected end of input",
+                };
                 let _ = wr
                     .write_all(format!("-ERR Protocol error: {m}\r\n").as_bytes())
                     .await;
                 let _ = wr.flush().await;
-                return Err(RespError::Protocol(m));
+                return Err(e);
             }
             Err(e) => return Err(e),
         };

@@ -20,7 +20,7 @@ struct Args {
     #[arg(long, default_value = "127.0.0.1:9001")]
     admin: SocketAddr,
     /// RESP (Redis protocol) listen address; RESP is off without it.
-    #[arg(long)]
+    #[arg(long, env = "CAIRN_RESP")]
     resp: Option<SocketAddr>,
     /// The node's datapathd chunk service.
     #[arg(long)]
