@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing Cairn needs on a fresh Debian 12 machine:
 # ISA-L (erasure coding), a C toolchain, curl, the S3 clients the shell-level
-# checks use (aws CLI, boto3), iproute2 (clusters in network namespaces), the image
+# checks use (aws CLI, boto3), redis-cli (redis-tools) for the RESP check, iproute2 (clusters in network namespaces), the image
 # build's tools (mmdebstrap, erofs, GPT and FAT without loop mounts) and QEMU with
 # OVMF, busybox and kmod (the VM tests in hwtests/). Idempotent; run as root.
 set -euo pipefail
 need_apt=()
 for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip \
-    iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
+    redis-tools iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
     mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done

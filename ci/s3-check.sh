@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shell-level check of a real node: `nodectl dev up` on file-backed drives, the aws
-# CLI and boto3 against it, then kill -9 of every Cairn process, a restart on the
+# CLI and boto3 against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
 # same data directory, and every object read back by hash.
 #
 #   ci/s3-check.sh [BIN_DIR]     (default target/release)
@@ -10,6 +10,7 @@ bin=${1:-target/release}
 work=$(mktemp -d /tmp/cairn-s3check.XXXXXX)
 port=$((19000 + RANDOM % 1000))
 endpoint="http://127.0.0.1:$port"
+rport=$((16000 + RANDOM % 1000))
 export CAIRN_ROOT_ACCESS_KEY=CAIRNCHECK$RANDOM$RANDOM
 export CAIRN_ROOT_SECRET_KEY=$(head -c 30 /dev/urandom | base64 | tr -d '/+=')
 export AWS_ACCESS_KEY_ID=$CAIRN_ROOT_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_ROOT_SECRET_KEY
@@ -26,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 start() {
-  "$bin/nodectl" dev up --data "$work/data" --drive-size 2G --s3 "127.0.0.1:$port" >>"$work/nodectl.log" 2>&1 &
+  "$bin/nodectl" dev up --data "$work/data" --drive-size 2G --s3 "127.0.0.1:$port" --resp "127.0.0.1:$rport" >>"$work/nodectl.log" 2>&1 &
   sup=$!
   for _ in $(seq 1 300); do
     curl -s -o /dev/null "$endpoint/" && return 0
@@ -63,6 +64,8 @@ for f in 8m dir/40m; do
 done
 echo "-- boto3"
 python3 ci/s3_check.py write "$endpoint" "$work/manifest"
+echo "-- redis-cli (RESP)"
+ci/resp-check.sh "127.0.0.1" "$rport" "$work"
 echo "-- nodectl status"
 "$bin/nodectl" status --data "$work/data"
 objects=$("$bin/nodectl" status --data "$work/data" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"])')

@@ -11,6 +11,7 @@ mod credentials;
 #[cfg(feature = "failpoints")]
 mod failpoints;
 mod gc;
+mod resp;
 mod scrub;
 
 pub use admin::{DriveStatus, NodeDrives, NodeStatus};
@@ -64,6 +65,8 @@ pub struct Config {
     pub data: PathBuf,
     pub s3: SocketAddr,
     pub admin: SocketAddr,
+    /// Set: RESP (Redis protocol) served here, over the same objects as S3.
+    pub resp: Option<SocketAddr>,
     /// The node's datapathd chunk service.
     pub datapath: String,
     /// The node-local chunk key file shared with datapathd (created if missing).
@@ -71,7 +74,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// How often a single node's repair pass runs (a cluster's: `ClusterOpts`).
     pub repair_every: Duration,
-    /// Written once both listeners are up: `{"s3": ADDR, "admin": ADDR}`.
+    /// Written once the listeners are up: `{"s3": ADDR, "admin": ADDR}` (and
+    /// `"resp": ADDR` when RESP is served).
     pub ready_file: Option<PathBuf>,
     /// Set: the node runs as a cluster member (it serves S3 once it has joined or
     /// created a cluster).
@@ -129,11 +133,20 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     let admin_addr = admin_listener
         .local_addr()
         .map_err(io_err("admin address"))?;
+    let resp_listener = resp::bind(cfg.resp).await?;
+    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let resp_task = tokio::spawn(resp::serve(
+        resp_listener,
+        store.clone(),
+        keys.clone(),
+        root.access_key.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let s3_task = tokio::spawn(cairn_s3::serve(
         s3_listener,
         store.clone(),
@@ -150,8 +163,11 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     ));
 
     if let Some(p) = &cfg.ready_file {
-        let body =
+        let mut body =
             serde_json::json!({ "s3": s3_addr.to_string(), "admin": admin_addr.to_string() });
+        if let Some(a) = resp_addr {
+            body["resp"] = a.to_string().into();
+        }
         write_atomic(p, body.to_string().as_bytes())?;
     }
     tracing::info!(%s3_addr, %admin_addr, "mgmtd serving");
@@ -160,6 +176,7 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     tracing::info!("mgmtd stopping");
     let _ = stop_tx.send(true);
     let _ = s3_task.await;
+    let _ = resp_task.await;
     let _ = admin_task.await;
     Ok(())
 }
@@ -283,13 +300,18 @@ async fn run_cluster(
         .await
         .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
     let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
+    let resp_listener = resp::bind(cfg.resp).await?;
+    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
     if let Some(p) = &cfg.ready_file {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "s3": s3_addr.to_string(),
             "admin": admin_addr.to_string(),
             "internal": internal_addr.to_string(),
             "node_id": cluster::id_hex(c.id()),
         });
+        if let Some(a) = resp_addr {
+            body["resp"] = a.to_string().into();
+        }
         write_atomic(p, body.to_string().as_bytes())?;
     }
     tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up; S3 waits for membership");
@@ -306,6 +328,7 @@ async fn run_cluster(
         let node = node.clone();
         let stop = stopped(stop_rx.clone());
         let store_cfg = cfg.store.clone();
+        let root_key = root.access_key.clone();
         async move {
             let store = tokio::select! {
                 s = node.become_member(meta, local, store_cfg) => s,
@@ -318,9 +341,16 @@ async fn run_cluster(
                         tracing::warn!("serving S3 with {reached} of {of} up drives reachable");
                     }
                     tracing::info!(%s3_addr, "S3 serving for the cluster");
-                    if let Err(e) =
-                        cairn_s3::serve(s3_listener, store, keys, std::future::pending()).await
-                    {
+                    // RESP lives and stops with S3: both wait for membership.
+                    let resp = resp::serve(
+                        resp_listener,
+                        store.clone(),
+                        keys.clone(),
+                        root_key,
+                        std::future::pending(),
+                    );
+                    let s3 = cairn_s3::serve(s3_listener, store, keys, std::future::pending());
+                    if let (Err(e), ()) = tokio::join!(s3, resp) {
                         tracing::error!("S3 stopped: {e}");
                     }
                 }

@@ -34,6 +34,10 @@ pub struct UpArgs {
     /// S3 listen address.
     #[arg(long, default_value = "127.0.0.1:9000")]
     s3: SocketAddr,
+    /// RESP (Redis protocol) listen address; on a local cluster, this port on
+    /// every node's address.
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    resp: SocketAddr,
     /// Admin API listen address (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     admin: SocketAddr,
@@ -93,6 +97,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
             base_ip: args.base_ip,
             repair_grace: args.repair_grace,
             netns: args.netns,
+            resp_port: args.resp.port(),
         })
         .await;
     }
@@ -141,6 +146,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         &datapath_addr.to_string(),
         args.drives,
     );
+    mg_args.extend(["--resp".to_string(), args.resp.to_string()]);
     if let Some(ec) = &args.ec {
         mg_args.push("--ec".into());
         mg_args.push(ec.clone());
@@ -214,12 +220,14 @@ fn banner(args: &UpArgs, data: &Path, root: &RootCredentials, origin: Origin, to
     println!(
         "\nCairn node serving S3 ({} drives in {}, ready in {:.1} s)\n\n  \
          endpoint     {endpoint}\n  \
+         RESP         {resp}  (AUTH with the secret key, or access key and secret)\n  \
          access key   {}\n  \
          secret key   {}\n  \
          credentials  {origin}\n\n\
          Try it:\n  \
          AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} AWS_DEFAULT_REGION=us-east-1 \\\n    \
-         aws --endpoint-url {endpoint} s3 mb s3://demo\n\n  \
+         aws --endpoint-url {endpoint} s3 mb s3://demo\n  \
+         redis-cli -h {resp_host} -p {resp_port} --user {access} --pass {secret} SET hello world\n\n  \
          nodectl status --data {}\n\n\
          Ctrl-C stops the node; running the same command again serves the same data.\n",
         args.drives,
@@ -228,5 +236,8 @@ fn banner(args: &UpArgs, data: &Path, root: &RootCredentials, origin: Origin, to
         if matches!(access.as_str(), s if s.starts_with('$')) { root.access_key.as_str() } else { access.as_str() },
         if secret.starts_with('$') { "(from the environment)" } else { secret.as_str() },
         data.display(),
+        resp = args.resp,
+        resp_host = args.resp.ip(),
+        resp_port = args.resp.port(),
     );
 }

@@ -35,6 +35,8 @@ pub struct ClusterArgs {
     /// Each node in a network namespace of its own (root only), so links between
     /// nodes can be cut (`nodectl dev partition`).
     pub netns: bool,
+    /// RESP's port on every node's address.
+    pub resp_port: u16,
 }
 
 /// One node in `dev.json` and `dev status --json`.
@@ -282,6 +284,8 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
             format!("{ip}:7410"),
             "--repair-grace".to_string(),
             args.repair_grace.to_string(),
+            "--resp".to_string(),
+            format!("{ip}:{}", args.resp_port),
         ]);
         let (dp_prog, dp_args) = wrap(locate("datapathd")?, dp_args);
         let (mg_prog, mg_args) = wrap(locate("mgmtd")?, mg_args);
@@ -317,7 +321,14 @@ pub async fn up(args: ClusterArgs) -> Result<(), NodectlError> {
         write_state(run, id, root, nodes, netns.clone())
     };
     write_state(&run_dir, &cluster_id, &root, &nodes)?;
-    banner(&data, &root, &cluster_id, &nodes, started.elapsed());
+    banner(
+        &data,
+        &root,
+        &cluster_id,
+        &nodes,
+        args.resp_port,
+        started.elapsed(),
+    );
 
     let res = supervisor::supervise(&mut nodes, None, async |nodes, tick| {
         // A node that came back without its state (wiped, or replaced) is a new
@@ -449,14 +460,24 @@ pub fn read_state(data: &Path) -> Result<DevCluster, NodectlError> {
     })
 }
 
-fn banner(data: &Path, root: &RootCredentials, cluster_id: &str, nodes: &[Node], took: Duration) {
+fn banner(
+    data: &Path,
+    root: &RootCredentials,
+    cluster_id: &str,
+    nodes: &[Node],
+    resp_port: u16,
+    took: Duration,
+) {
     println!(
         "\nCairn cluster {cluster_id}: {} nodes serving S3 (formed in {:.1} s)\n",
         nodes.len(),
         took.as_secs_f64()
     );
     for n in nodes {
-        println!("  node {}  id {}  S3 http://{}:9000", n.n, n.id, n.ip);
+        println!(
+            "  node {}  id {}  S3 http://{}:9000  RESP {}:{resp_port}",
+            n.n, n.id, n.ip, n.ip
+        );
     }
     println!(
         "\n  access key   {}\n  secret key   {}\n\n\

@@ -30,6 +30,19 @@ impl Keys {
         Keys(Arc::new(keys))
     }
 
+    /// The tenant of `access_key` if `secret` is its secret: for front ends that
+    /// take a password rather than a signature (RESP's `AUTH`). The comparison
+    /// does not stop at the first differing byte, so timing does not leak it.
+    pub fn verify(&self, access_key: &str, secret: &str) -> Option<u64> {
+        let c = self.0.get(access_key)?;
+        let (a, b) = (c.secret.as_bytes(), secret.as_bytes());
+        let diff = a
+            .iter()
+            .zip(b)
+            .fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y));
+        (diff == 0).then_some(c.tenant)
+    }
+
     /// The tenant an access key acts for.
     pub fn tenant(&self, access_key: &str) -> Option<u64> {
         self.0.get(access_key).map(|c| c.tenant)

@@ -19,6 +19,9 @@ struct Args {
     /// Admin API listen address.
     #[arg(long, default_value = "127.0.0.1:9001")]
     admin: SocketAddr,
+    /// RESP (Redis protocol) listen address; RESP is off without it.
+    #[arg(long, env = "CAIRN_RESP")]
+    resp: Option<SocketAddr>,
     /// The node's datapathd chunk service.
     #[arg(long)]
     datapath: String,
@@ -133,6 +136,7 @@ async fn main() -> std::process::ExitCode {
         data: args.data,
         s3: args.s3,
         admin: args.admin,
+        resp: args.resp,
         datapath: args.datapath.clone(),
         datapath_key: args.datapath_key,
         store,

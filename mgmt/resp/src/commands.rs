@@ -1,0 +1,550 @@
+//! The commands: one closed `match` on the command name, so the surface served is
+//! visible in one place ([`Session::run`]).
+
+use crate::keys::{bucket_for, encode_key};
+use crate::{RespConfig, RespError};
+use bytes::Bytes;
+use cairn_meta::{MetaError, ObjectRecord, Precondition};
+use cairn_objects::{ObjectAttrs, ObjectError, ObjectStore};
+use futures::StreamExt;
+use std::sync::Arc;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// The object's user metadata entry that holds a key's expiry (Unix ms).
+const EXPIRES: &str = "resp-expires-ms";
+/// How long a wrong password waits for its answer: guessing is slowed, and the
+/// wait does not tell an unknown user from a wrong secret.
+const WRONGPASS_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// What the connection does after a command.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    Continue,
+    Close,
+}
+
+/// One connection's state: who it is authenticated as.
+pub struct Session {
+    store: Arc<ObjectStore>,
+    cfg: Arc<RespConfig>,
+    tenant: Option<u64>,
+}
+
+impl Session {
+    pub fn new(store: Arc<ObjectStore>, cfg: Arc<RespConfig>) -> Session {
+        Session {
+            store,
+            cfg,
+            tenant: None,
+        }
+    }
+
+    /// Runs one command and writes its reply. An error returned means the
+    /// connection cannot go on (the socket failed, or a value broke off mid-reply);
+    /// a command's own failure is answered with `-ERR` and the connection stays.
+    pub async fn run<W: AsyncWrite + Unpin>(
+        &mut self,
+        args: &[Bytes],
+        w: &mut W,
+    ) -> Result<Next, RespError> {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
+        let rest = &args[1..];
+        match self.dispatch(&name, rest, w).await {
+            Ok(next) => Ok(next),
+            Err(RespError::Objects(e)) => {
+                error(w, &format!("ERR {e}")).await?;
+                Ok(Next::Continue)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn dispatch<W: AsyncWrite + Unpin>(
+        &mut self,
+        name: &str,
+        a: &[Bytes],
+        w: &mut W,
+    ) -> Result<Next, RespError> {
+        // Before AUTH only the handshake commands are answered.
+        let tenant = match (self.tenant, name) {
+            (_, "AUTH" | "HELLO" | "PING" | "QUIT") => self.tenant.unwrap_or(0),
+            (Some(t), _) => t,
+            (None, _) => {
+                error(w, "NOAUTH Authentication required.").await?;
+                return Ok(Next::Continue);
+            }
+        };
+        match name {
+            "AUTH" => {
+                let (user, pass) = match a {
+                    [p] => (Bytes::from(self.cfg.default_user.clone()), p),
+                    [u, p] => (u.clone(), p),
+                    _ => return arity(w, "auth").await,
+                };
+                self.auth(&user, pass, w).await?;
+            }
+            "HELLO" => self.hello(a, w).await?,
+            "PING" => match a {
+                [] => w.write_all(b"+PONG\r\n").await.map_err(RespError::Io)?,
+                [m] => bulk(w, m).await?,
+                _ => return arity(w, "ping").await,
+            },
+            "QUIT" => {
+                ok(w).await?;
+                return Ok(Next::Close);
+            }
+            "CLIENT" => {
+                let sub = a
+                    .first()
+                    .map(|s| String::from_utf8_lossy(s).to_ascii_uppercase());
+                match sub.as_deref() {
+                    Some("SETINFO" | "SETNAME") => ok(w).await?,
+                    Some("GETNAME") => nil(w).await?,
+                    Some("ID") => int(w, 1).await?,
+                    _ => error(w, "ERR unknown subcommand for 'client'").await?,
+                }
+            }
+            "SELECT" => match a {
+                [db] if &db[..] == b"0" => ok(w).await?,
+                [_] => error(w, "ERR DB index is out of range").await?,
+                _ => return arity(w, "select").await,
+            },
+            // Enough for redis-cli, which asks for command docs to show hints.
+            "COMMAND" => match a.first().map(|s| s.to_ascii_uppercase()).as_deref() {
+                Some(b"COUNT") => int(w, 0).await?,
+                _ => w.write_all(b"*0\r\n").await.map_err(RespError::Io)?,
+            },
+            "SET" => match a {
+                [k, v, opts @ ..] => self.set(tenant, k, v.clone(), opts, w).await?,
+                _ => return arity(w, "set").await,
+            },
+            "MSET" => {
+                if a.is_empty() || !a.len().is_multiple_of(2) {
+                    return arity(w, "mset").await;
+                }
+                // One object per key, committed in order; not atomic across keys.
+                for kv in a.chunks(2) {
+                    self.put(tenant, &kv[0], kv[1].clone(), None, Precondition::default())
+                        .await?;
+                }
+                ok(w).await?;
+            }
+            "GET" => match a {
+                [k] => {
+                    let rec = self.lookup(tenant, std::slice::from_ref(k)).await?;
+                    self.value(tenant, rec.into_iter().next().flatten(), w)
+                        .await?;
+                }
+                _ => return arity(w, "get").await,
+            },
+            "MGET" => {
+                if a.is_empty() {
+                    return arity(w, "mget").await;
+                }
+                let recs = self.lookup(tenant, a).await?;
+                array(w, recs.len()).await?;
+                for rec in recs {
+                    self.value(tenant, rec, w).await?;
+                }
+            }
+            "EXISTS" => {
+                if a.is_empty() {
+                    return arity(w, "exists").await;
+                }
+                let recs = self.lookup(tenant, a).await?;
+                int(w, recs.iter().filter(|r| r.is_some()).count() as i64).await?;
+            }
+            // The Cairn extension for LMCache's batched_contains: how many leading
+            // keys exist, in one round trip instead of one EXISTS per key.
+            "CAIRN.PREFIXLEN" => {
+                let recs = self.lookup(tenant, a).await?;
+                int(w, recs.iter().take_while(|r| r.is_some()).count() as i64).await?;
+            }
+            "STRLEN" => match a {
+                [k] => {
+                    let rec = self.lookup(tenant, std::slice::from_ref(k)).await?;
+                    let size = rec.into_iter().flatten().next().map_or(0, |r| r.size);
+                    int(w, size as i64).await?;
+                }
+                _ => return arity(w, "strlen").await,
+            },
+            "TTL" | "PTTL" => match a {
+                [k] => {
+                    let rec = self.lookup(tenant, std::slice::from_ref(k)).await?;
+                    let left = match rec.into_iter().flatten().next() {
+                        None => -2,
+                        Some(r) => match expiry(&r) {
+                            None => -1,
+                            Some(at) => {
+                                let ms = (at - cairn_meta::now_ms()).max(0);
+                                if name == "TTL" {
+                                    (ms + 500) / 1000
+                                } else {
+                                    ms
+                                }
+                            }
+                        },
+                    };
+                    int(w, left).await?;
+                }
+                _ => return arity(w, "ttl").await,
+            },
+            "DEL" | "UNLINK" => {
+                if a.is_empty() {
+                    return arity(w, "del").await;
+                }
+                let mut n = 0;
+                let bucket = bucket_for(tenant);
+                for (k, rec) in a.iter().zip(self.lookup_raw(tenant, a).await?) {
+                    let Some(rec) = rec else { continue };
+                    match self
+                        .store
+                        .delete_object(tenant, &bucket, &encode_key(k))
+                        .await
+                    {
+                        Ok(()) => n += i64::from(expiry(&rec).is_none_or(|at| at > now())),
+                        Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                int(w, n).await?;
+            }
+            "DBSIZE" => {
+                let n = self.dbsize(tenant).await?;
+                int(w, n).await?;
+            }
+            "INFO" => {
+                let n = self.dbsize(tenant).await?;
+                let body = format!(
+                    "# Server\r\nredis_version:7.2.0\r\nredis_mode:standalone\r\nserver_name:cairn\r\n\r\n# Keyspace\r\ndb0:keys={n},expires=0,avg_ttl=0\r\n"
+                );
+                bulk(w, body.as_bytes()).await?;
+            }
+            _ => {
+                let shown: String = name.chars().take(64).collect();
+                error(w, &format!("ERR unknown command '{shown}'")).await?;
+            }
+        }
+        Ok(Next::Continue)
+    }
+
+    async fn auth<W: AsyncWrite + Unpin>(
+        &mut self,
+        user: &[u8],
+        pass: &[u8],
+        w: &mut W,
+    ) -> Result<bool, RespError> {
+        let found = match (std::str::from_utf8(user), std::str::from_utf8(pass)) {
+            (Ok(u), Ok(p)) => self.cfg.keys.verify(u, p),
+            _ => None,
+        };
+        match found {
+            Some(t) => {
+                self.tenant = Some(t);
+                ok(w).await?;
+                Ok(true)
+            }
+            None => {
+                tracing::info!("RESP AUTH refused");
+                tokio::time::sleep(WRONGPASS_DELAY).await;
+                error(
+                    w,
+                    "WRONGPASS invalid username-password pair or user is disabled.",
+                )
+                .await?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// `HELLO [2 [AUTH user pass] [SETNAME name]]`: RESP3 is refused, RESP2 is
+    /// answered with the server's description as a flat array of pairs.
+    async fn hello<W: AsyncWrite + Unpin>(
+        &mut self,
+        a: &[Bytes],
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        if let Some(v) = a.first() {
+            if &v[..] != b"2" {
+                return error(w, "NOPROTO unsupported protocol version").await;
+            }
+        }
+        let mut i = 1;
+        while i < a.len() {
+            if a[i].eq_ignore_ascii_case(b"AUTH") && a.len() >= i + 3 {
+                let tenant = self.tenant;
+                let mut sink = Vec::new();
+                if !self.auth(&a[i + 1], &a[i + 2], &mut sink).await? {
+                    self.tenant = tenant;
+                    return w.write_all(&sink).await.map_err(RespError::Io);
+                }
+                i += 3;
+            } else if a[i].eq_ignore_ascii_case(b"SETNAME") && a.len() >= i + 2 {
+                i += 2;
+            } else {
+                return error(w, "ERR syntax error").await;
+            }
+        }
+        if self.tenant.is_none() {
+            return error(w, "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time").await;
+        }
+        let pairs: [(&str, &[u8]); 6] = [
+            ("server", b"redis"),
+            ("version", b"7.2.0"),
+            ("mode", b"standalone"),
+            ("role", b"master"),
+            ("proto", b""),
+            ("id", b""),
+        ];
+        array(w, 14).await?;
+        for (k, v) in pairs {
+            bulk(w, k.as_bytes()).await?;
+            match k {
+                "proto" => int(w, 2).await?,
+                "id" => int(w, 1).await?,
+                _ => bulk(w, v).await?,
+            }
+        }
+        bulk(w, b"modules").await?;
+        array(w, 0).await
+    }
+
+    async fn set<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        key: &[u8],
+        value: Bytes,
+        opts: &[Bytes],
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        let mut ttl_ms: Option<i64> = None;
+        let mut cond = Precondition::default();
+        let mut i = 0;
+        while i < opts.len() {
+            let o = opts[i].to_ascii_uppercase();
+            match o.as_slice() {
+                b"NX" if cond.if_match.is_none() => cond.if_none_match_any = true,
+                b"XX" if !cond.if_none_match_any => cond.if_match = Some("*".into()),
+                b"EX" | b"PX" if ttl_ms.is_none() && i + 1 < opts.len() => {
+                    let n = std::str::from_utf8(&opts[i + 1])
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .filter(|n| *n > 0 && *n < i64::MAX / 1000);
+                    let Some(n) = n else {
+                        return error(w, "ERR invalid expire time in 'set' command").await;
+                    };
+                    ttl_ms = Some(if o == b"EX" { n * 1000 } else { n });
+                    i += 1;
+                }
+                _ => return error(w, "ERR syntax error").await,
+            }
+            i += 1;
+        }
+        match self.put(tenant, key, value, ttl_ms, cond).await {
+            Ok(()) => ok(w).await,
+            // NX on a present key, XX on a missing one: Redis answers nil.
+            Err(RespError::Objects(ObjectError::Meta(
+                MetaError::PreconditionFailed | MetaError::NoSuchKey(_),
+            ))) => nil(w).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stores one value as the object of `key`, creating the tenant's bucket on
+    /// its first write. The value is already one buffer: it is handed over as a
+    /// one-item stream, not copied.
+    async fn put(
+        &self,
+        tenant: u64,
+        key: &[u8],
+        value: Bytes,
+        ttl_ms: Option<i64>,
+        cond: Precondition,
+    ) -> Result<(), RespError> {
+        let bucket = bucket_for(tenant);
+        if !self.bucket_exists(tenant).await? {
+            match self.store.create_bucket(tenant, &bucket).await {
+                // Another connection (or node) created it first.
+                Ok(()) | Err(ObjectError::Meta(MetaError::BucketExists(_))) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut attrs = ObjectAttrs::default();
+        if let Some(ms) = ttl_ms {
+            attrs
+                .user_meta
+                .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
+        }
+        let len = value.len() as u64;
+        let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
+        self.store
+            .put_object(
+                tenant,
+                &bucket,
+                &encode_key(key),
+                body,
+                Some(len),
+                attrs,
+                cond,
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn bucket_exists(&self, tenant: u64) -> Result<bool, RespError> {
+        match self.store.bucket(tenant, &bucket_for(tenant)).await {
+            Ok(_) => Ok(true),
+            Err(ObjectError::Meta(MetaError::NoSuchBucket(_))) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The manifests of `keys` (expired ones included), read after one barrier:
+    /// `bucket` brings this node's metadata up to the cluster's commit point, so
+    /// whatever was acknowledged anywhere before the command is seen.
+    async fn lookup_raw(
+        &self,
+        tenant: u64,
+        keys: &[Bytes],
+    ) -> Result<Vec<Option<ObjectRecord>>, RespError> {
+        if !self.bucket_exists(tenant).await? {
+            return Ok(vec![None; keys.len()]);
+        }
+        let bucket = bucket_for(tenant);
+        keys.iter()
+            .map(|k| {
+                self.store
+                    .meta()
+                    .object(&bucket, &encode_key(k))
+                    .map_err(|e| RespError::Objects(e.into()))
+            })
+            .collect()
+    }
+
+    /// [`Session::lookup_raw`] with expired keys as misses.
+    async fn lookup(
+        &self,
+        tenant: u64,
+        keys: &[Bytes],
+    ) -> Result<Vec<Option<ObjectRecord>>, RespError> {
+        let t = now();
+        Ok(self
+            .lookup_raw(tenant, keys)
+            .await?
+            .into_iter()
+            .map(|r| r.filter(|r| expiry(r).is_none_or(|at| at > t)))
+            .collect())
+    }
+
+    /// Writes a value as a bulk string, streamed from the store. The first piece
+    /// is read before the header, so a value that cannot be read is an `-ERR`;
+    /// a failure after that can only cut the connection (the length is sent).
+    async fn value<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        rec: Option<ObjectRecord>,
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        let Some(rec) = rec else { return nil(w).await };
+        let mut s = self.store.read(tenant, &rec, 0, rec.size);
+        let first = match s.next().await {
+            Some(Err(e)) => return error(w, &format!("ERR {e}")).await,
+            other => other,
+        };
+        w.write_all(format!("${}\r\n", rec.size).as_bytes())
+            .await
+            .map_err(RespError::Io)?;
+        let mut sent = 0u64;
+        let mut piece = first;
+        while let Some(b) = piece {
+            let b = b.map_err(RespError::Objects)?;
+            sent += b.len() as u64;
+            w.write_all(&b).await.map_err(RespError::Io)?;
+            piece = s.next().await;
+        }
+        if sent != rec.size {
+            return Err(RespError::Protocol(format!(
+                "value read back {sent} of {} bytes",
+                rec.size
+            )));
+        }
+        w.write_all(b"\r\n").await.map_err(RespError::Io)
+    }
+
+    /// Live keys of the tenant, counted page by page.
+    async fn dbsize(&self, tenant: u64) -> Result<i64, RespError> {
+        if !self.bucket_exists(tenant).await? {
+            return Ok(0);
+        }
+        let (bucket, t) = (bucket_for(tenant), now());
+        let (mut n, mut after) = (0i64, None);
+        loop {
+            let page = self
+                .store
+                .list_objects(tenant, &bucket, "", after, None, 1000)
+                .await?;
+            n += page
+                .objects
+                .iter()
+                .filter(|(_, r)| expiry(r).is_none_or(|at| at > t))
+                .count() as i64;
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(n),
+            }
+        }
+    }
+}
+
+fn now() -> i64 {
+    cairn_meta::now_ms()
+}
+
+fn expiry(rec: &ObjectRecord) -> Option<i64> {
+    rec.user_meta.get(EXPIRES).and_then(|s| s.parse().ok())
+}
+
+async fn ok<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), RespError> {
+    w.write_all(b"+OK\r\n").await.map_err(RespError::Io)
+}
+
+async fn nil<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), RespError> {
+    w.write_all(b"$-1\r\n").await.map_err(RespError::Io)
+}
+
+async fn int<W: AsyncWrite + Unpin>(w: &mut W, n: i64) -> Result<(), RespError> {
+    w.write_all(format!(":{n}\r\n").as_bytes())
+        .await
+        .map_err(RespError::Io)
+}
+
+async fn array<W: AsyncWrite + Unpin>(w: &mut W, n: usize) -> Result<(), RespError> {
+    w.write_all(format!("*{n}\r\n").as_bytes())
+        .await
+        .map_err(RespError::Io)
+}
+
+async fn bulk<W: AsyncWrite + Unpin>(w: &mut W, b: &[u8]) -> Result<(), RespError> {
+    w.write_all(format!("${}\r\n", b.len()).as_bytes())
+        .await
+        .map_err(RespError::Io)?;
+    w.write_all(b).await.map_err(RespError::Io)?;
+    w.write_all(b"\r\n").await.map_err(RespError::Io)
+}
+
+/// An error reply; line breaks in the message would end it early, so they go.
+async fn error<W: AsyncWrite + Unpin>(w: &mut W, msg: &str) -> Result<(), RespError> {
+    let clean: String = msg.chars().map(|c| if c < ' ' { ' ' } else { c }).collect();
+    w.write_all(format!("-{clean}\r\n").as_bytes())
+        .await
+        .map_err(RespError::Io)
+}
+
+async fn arity<W: AsyncWrite + Unpin>(w: &mut W, cmd: &str) -> Result<Next, RespError> {
+    error(
+        w,
+        &format!("ERR wrong number of arguments for '{cmd}' command"),
+    )
+    .await?;
+    Ok(Next::Continue)
+}

@@ -1,0 +1,163 @@
+//! The RESP front end: Redis's wire protocol (RESP2) over the object store.
+//!
+//! Owns the translation between Redis commands and objects: a tenant's keys are
+//! the objects of one reserved bucket of that tenant ([`bucket_for`]), each value
+//! one object, so a SET is committed through the same Raft-ordered metadata as an
+//! S3 PUT and is visible through every node once acknowledged. It holds no data and
+//! no state of its own beyond a connection's authenticated tenant; it must never
+//! answer from a cache of its own (that would break coherence across nodes).
+
+mod codec;
+mod commands;
+mod keys;
+
+pub use codec::Limits;
+pub use keys::{bucket_for, decode_key, encode_key};
+
+use cairn_objects::ObjectStore;
+use std::sync::Arc;
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Errors of the RESP front end.
+#[derive(Debug, thiserror::Error)]
+pub enum RespError {
+    #[error("RESP listener: {0}")]
+    Listen(std::io::Error),
+    #[error("connection: {0}")]
+    Io(std::io::Error),
+    /// The client closed the connection in the middle of a command.
+    #[error("connection closed mid-command")]
+    Eof,
+    /// Input that cannot be framed: answered with `-ERR Protocol error` and the
+    /// connection closed, since the rest of the stream cannot be trusted.
+    #[error("Protocol error: {0}")]
+    Protocol(String),
+    #[error(transparent)]
+    Objects(#[from] cairn_objects::ObjectError),
+}
+
+/// What a RESP server is given.
+#[derive(Clone, Debug)]
+pub struct RespConfig {
+    /// The credential table S3 uses: `AUTH user pass` is an access key and its secret.
+    pub keys: cairn_s3::Keys,
+    /// The access key `AUTH pass` (no user) stands for: the root key.
+    pub default_user: String,
+    pub limits: Limits,
+}
+
+impl RespConfig {
+    /// Values up to 512 MiB, as Redis allows.
+    pub fn new(keys: cairn_s3::Keys, default_user: String) -> RespConfig {
+        RespConfig {
+            keys,
+            default_user,
+            limits: Limits {
+                max_value: 512 << 20,
+                max_command: 1 << 30,
+            },
+        }
+    }
+}
+
+/// Serves RESP on `listener` until `shutdown` resolves; then stops accepting and
+/// gives open connections up to 10 s to finish the command in progress.
+pub async fn serve(
+    listener: TcpListener,
+    store: Arc<ObjectStore>,
+    cfg: RespConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), RespError> {
+    let cfg = Arc::new(cfg);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (socket, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("RESP accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = socket.set_nodelay(true);
+        let (store, cfg, stop) = (store.clone(), cfg.clone(), stop_rx.clone());
+        conns.spawn(async move {
+            if let Err(e) = connection(socket, store, cfg, stop).await {
+                tracing::debug!(%peer, "RESP connection ended: {e}");
+            }
+        });
+        // Reap finished connections so the set does not grow with every client.
+        while conns.try_join_next().is_some() {}
+    }
+    let _ = stop_tx.send(true);
+    let drain = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(std::time::Duration::from_secs(10), drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!("RESP connections still open after 10 s; closing");
+        conns.abort_all();
+    }
+    Ok(())
+}
+
+/// One client: commands are read and answered in order (pipelining is free: the
+/// replies queue in a bounded buffer that is flushed whenever no further command
+/// is already buffered). Replies are written with `await`, so a client that stops
+/// reading stops being read from: the server buffers at most one buffer's worth.
+async fn connection(
+    socket: TcpStream,
+    store: Arc<ObjectStore>,
+    cfg: Arc<RespConfig>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), RespError> {
+    let (rd, wr) = socket.into_split();
+    let mut rd = BufReader::with_capacity(64 << 10, rd);
+    let mut wr = BufWriter::with_capacity(64 << 10, wr);
+    let mut session = commands::Session::new(store, cfg.clone());
+    loop {
+        if rd.buffer().is_empty() {
+            wr.flush().await.map_err(RespError::Io)?;
+            if *stop.borrow() {
+                return Ok(());
+            }
+        }
+        let cmd = tokio::select! {
+            c = codec::read_command(&mut rd, cfg.limits) => c,
+            // At shutdown a connection waiting for its next command is closed; a
+            // command only partly received is dropped unanswered, never partly
+            // run (commands run outside this select, so they always finish).
+            _ = stop.changed(), if rd.buffer().is_empty() => return Ok(()),
+        };
+        let args = match cmd {
+            Ok(Some(a)) => a,
+            Ok(None) => return Ok(()),
+            // Best effort: a client that half-closed mid-command may still read.
+            Err(e @ (RespError::Protocol(_) | RespError::Eof)) => {
+                let m = match &e {
+                    RespError::Protocol(m) => m.as_str(),
+                    _ => "unexpected end of input",
+                };
+                let _ = wr
+                    .write_all(format!("-ERR Protocol error: {m}\r\n").as_bytes())
+                    .await;
+                let _ = wr.flush().await;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        if args.is_empty() {
+            continue;
+        }
+        if session.run(&args, &mut wr).await? == commands::Next::Close {
+            wr.flush().await.map_err(RespError::Io)?;
+            return Ok(());
+        }
+    }
+}
