@@ -259,6 +259,7 @@ def main():
     print(f"nodes back: full protection after {time.time()-t:.1f} s: {st['objects']}", flush=True)
     read_all([n["node"] for n in nodes], "after restart")
     scrub_check(c, nodes)
+    resp_check(nodes, key, secret)
     gc_check(c, nodes)
     read_all([n["node"] for n in nodes], "after the collector")
 
@@ -333,6 +334,65 @@ def main():
         c.stop(d)
         read_all([n["node"] for n in nodes if n["node"] != d], "with the drained node stopped")
     print("cluster check passed")
+
+
+def resp(host, port, key, secret, *cmds):
+    """Sends RESP commands on one connection (AUTH first) and returns the replies,
+    parsed just enough for this check: simple strings, errors, integers, bulk
+    strings (None for a miss)."""
+    import socket
+    s = socket.create_connection((host, port), timeout=30)
+    f = s.makefile("rb")
+
+    def enc(args):
+        out = b"*%d\r\n" % len(args)
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out += b"$%d\r\n%s\r\n" % (len(a), a)
+        return out
+
+    def reply():
+        line = f.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            data = f.read(n + 2)[:-2]
+            return data
+        if kind == b":":
+            return int(rest)
+        if kind == b"-":
+            return RuntimeError(rest.decode())
+        return rest.decode()
+    all_cmds = [("AUTH", key, secret)] + list(cmds)
+    s.sendall(b"".join(enc(c) for c in all_cmds))
+    out = [reply() for _ in all_cmds]
+    s.close()
+    if out[0] != "OK":
+        sys.exit(f"FAIL: RESP AUTH on {host}:{port}: {out[0]}")
+    return out[1:]
+
+
+def resp_check(nodes, key, secret):
+    """A SET acknowledged through one node is read through every node at once; a
+    DEL likewise (RESP goes through the same committed metadata as S3)."""
+    hosts = [n["s3"].rsplit(":", 1)[0] for n in nodes]
+    value = os.urandom(1 << 20)
+    for i, writer in enumerate(hosts):
+        k = f"coherence-{i}"
+        assert resp(writer, 6379, key, secret, ("SET", k, value)) == ["OK"]
+        for h in hosts:
+            got, = resp(h, 6379, key, secret, ("GET", k))
+            if got != value:
+                sys.exit(f"FAIL: RESP SET {k} through {writer}, GET through {h}: "
+                         f"{'miss' if got is None else 'other bytes'}")
+        assert resp(writer, 6379, key, secret, ("DEL", k)) == [1]
+        for h in hosts:
+            if resp(h, 6379, key, secret, ("EXISTS", k)) != [0]:
+                sys.exit(f"FAIL: RESP DEL {k} through {writer}, still there through {h}")
+    print(f"RESP: a SET (1 MiB) through each of {len(hosts)} nodes read back through every "
+          "node at once, and its DEL seen everywhere", flush=True)
 
 
 def gc_check(c, nodes, timeout=180):
