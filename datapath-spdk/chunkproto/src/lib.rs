@@ -46,6 +46,7 @@ pub use reply::fuzz_reassembly;
 pub use reply::{encode_response_frames, response_len, Reassembly};
 
 use bytes::Bytes;
+use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 use std::fmt;
 
 /// Errors of the chunk protocol.
@@ -73,8 +74,6 @@ pub enum ProtoError {
     #[error("chunk service authentication: {0}")]
     Auth(String),
 }
-
-pub use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 
 /// One operation of a request batch.
 #[derive(Clone, PartialEq, Eq)]

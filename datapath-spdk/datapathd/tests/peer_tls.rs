@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use cairn_chunkproto::tls::{cert_sha256, NodeTls};
-use cairn_chunkproto::{ChunkClient, ChunkId, Request};
+use cairn_chunkproto::{ChunkClient, Request};
+use cairn_types::ChunkId;
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
