@@ -26,15 +26,12 @@
 //! [`MAX_BATCH_REPLY`] bytes.
 //!
 //! On the node-local listener, the connection first carries the key handshake of
-//! [`auth`]; on the peer listener, a mutual TLS handshake ([`tls`]).
+//! [`auth`]; on the peer listener, a mutual TLS handshake ([`cairn_pki::tls`]).
 
 pub mod auth;
 mod client;
 mod codec;
 mod reply;
-/// Mutual TLS between nodes (the cluster PKI crate's, re-exported: the peer
-/// listener and client are configured with it).
-pub use cairn_pki::tls;
 
 pub use client::ChunkClient;
 pub use codec::{

@@ -2,8 +2,8 @@
 //! the members named in the TLS directory's `peers` file, on the real binary.
 
 use bytes::Bytes;
-use cairn_chunkproto::tls::{cert_sha256, NodeTls};
 use cairn_chunkproto::{ChunkClient, Request};
+use cairn_pki::tls::{cert_sha256, NodeTls};
 use cairn_types::ChunkId;
 use rcgen::{
     BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
