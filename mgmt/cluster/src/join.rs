@@ -121,9 +121,7 @@ impl Cluster {
             .await
             .map_err(|e| peer(e.to_string()))?;
         let reply = r.map_err(ClusterError::JoinRefused)?;
-        let got = rustls::pki_types::pem::PemObject::from_pem_slice(reply.ca_pem.as_bytes())
-            .map(|der: rustls::pki_types::CertificateDer| cairn_pki::tls::cert_sha256(&der))
-            .map_err(|e| ClusterError::Pki(format!("the CA in the join reply: {e}")))?;
+        let got = cairn_pki::tls::pem_cert_sha256(&reply.ca_pem, "the CA in the join reply")?;
         if got != ca_fp {
             return Err(ClusterError::JoinRefused(
                 "the cluster answered with a CA other than the token's".into(),
