@@ -2,9 +2,9 @@
 //!
 //! Every node of a cluster holds a certificate issued by the cluster's CA (made at
 //! `cluster init`) and its own private key, which never leaves the node. Node to
-//! node traffic (the chunk protocol here, Raft and membership in mgmtd) runs over
-//! TLS 1.3 where both ends present such a certificate and check the other's against
-//! the cluster CA; a peer without one is refused during the handshake.
+//! node traffic (the chunk protocol, Raft and membership) runs over TLS 1.3 where
+//! both ends present such a certificate and check the other's against the cluster
+//! CA; a peer without one is refused during the handshake.
 //!
 //! This module only builds rustls configurations from PEM material; issuing
 //! certificates is [`crate::ca`]'s. The crypto provider is `ring`,
