@@ -25,8 +25,9 @@
 //! does not crowd out clients.
 
 use crate::{chunk_id, ObjectError, ObjectStore};
-use cairn_chunkproto::{ChunkId, ChunkVersion, ProtoError, Reply, Request};
+use cairn_chunkproto::{ProtoError, Reply, Request};
 use cairn_meta::{Commit, Layout, MetaError, Mutation, Proposal, UNPLACED};
+use cairn_types::{ChunkId, ChunkVersion};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -31,12 +31,13 @@ pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
 pub use scrub::{ScrubConfig, ScrubPass, ScrubState, ScrubStatus, Scrubber};
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkId, DriveReport, ProtoError, Request};
+use cairn_chunkproto::{DriveReport, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
     After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
     ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
+use cairn_types::ChunkId;
 use futures::stream::{BoxStream, StreamExt};
 use futures::Stream;
 use std::collections::{BTreeMap, HashMap};
