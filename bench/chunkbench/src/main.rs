@@ -25,7 +25,8 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkClient, ChunkId, Reply, Request};
+use cairn_chunkproto::{ChunkClient, Reply, Request};
+use cairn_types::ChunkId;
 use clap::{Parser, Subcommand};
 use rand::{Rng, RngCore, SeedableRng};
 use std::path::PathBuf;

@@ -92,7 +92,7 @@ impl ChunkClient {
     }
 
     /// A client for a peer's chunk service, over mutual TLS with `tls` (see
-    /// [`crate::tls::NodeTls::client_config`]).
+    /// [`cairn_pki::tls::NodeTls::client_config`]).
     pub fn with_tls(
         addr: impl Into<String>,
         connections: usize,
@@ -176,7 +176,7 @@ impl ChunkClient {
                 spawn_conn(stream)
             }
             Some(cfg) => {
-                let name = crate::tls::server_name(&self.addr)
+                let name = cairn_pki::tls::server_name(&self.addr)
                     .map_err(|e| ProtoError::Io(std::io::Error::other(e.to_string())))?;
                 let connector = tokio_rustls::TlsConnector::from(cfg.clone());
                 let tls = tokio::time::timeout(self.timeout, connector.connect(name, stream))

@@ -26,15 +26,12 @@
 //! [`MAX_BATCH_REPLY`] bytes.
 //!
 //! On the node-local listener, the connection first carries the key handshake of
-//! [`auth`]; on the peer listener, a mutual TLS handshake ([`tls`]).
+//! [`auth`]; on the peer listener, a mutual TLS handshake ([`cairn_pki::tls`]).
 
 pub mod auth;
 mod client;
 mod codec;
 mod reply;
-/// Mutual TLS between nodes (the cluster PKI crate's, re-exported: the peer
-/// listener and client are configured with it).
-pub use cairn_pki::tls;
 
 pub use client::ChunkClient;
 pub use codec::{
@@ -46,6 +43,7 @@ pub use reply::fuzz_reassembly;
 pub use reply::{encode_response_frames, response_len, Reassembly};
 
 use bytes::Bytes;
+use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 use std::fmt;
 
 /// Errors of the chunk protocol.
@@ -73,8 +71,6 @@ pub enum ProtoError {
     #[error("chunk service authentication: {0}")]
     Auth(String),
 }
-
-pub use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 
 /// One operation of a request batch.
 #[derive(Clone, PartialEq, Eq)]

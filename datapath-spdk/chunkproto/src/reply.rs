@@ -183,7 +183,7 @@ mod tests {
             Ok(Reply::Delete { existed: true }),
             Ok(Reply::Stat { len: 5, crc32c: 6 }),
             Ok(Reply::List {
-                chunks: vec![(crate::ChunkId::from_u128(3), 4); 10],
+                chunks: vec![(cairn_types::ChunkId::from_u128(3), 4); 10],
             }),
         ];
         for s in &samples {

@@ -1,11 +1,15 @@
-//! Stable stand-in for the cargo-fuzz targets `chunkproto_handshake` and
-//! `chunkproto_reassembly` (datapath-spdk/fuzz): random and mutated inputs, none
-//! may panic, no handshake may be accepted without the key, no reply may yield
-//! more results than were asked for.
+//! Stable stand-in for the cargo-fuzz targets `chunkproto_decode`,
+//! `chunkproto_handshake` and `chunkproto_reassembly` (datapath-spdk/fuzz): random
+//! and mutated inputs, none may panic, no handshake may be accepted without the
+//! key, no reply may yield more results than were asked for.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::auth::{fuzz_handshake, AUTH_MAGIC, KEY_LEN};
-use cairn_chunkproto::{encode_response_frames, fuzz_reassembly, Failure, FailureCode, Reply};
+use cairn_chunkproto::{
+    encode_request_batch, encode_response_batch, encode_response_frames, fuzz_reassembly,
+    DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request,
+};
+use cairn_types::ChunkId;
 
 struct Rng(u64);
 
@@ -18,10 +22,14 @@ impl Rng {
     }
 }
 
-fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+/// A random input of up to `max_random` bytes, or `seed` with bytes changed,
+/// cut off or inserted.
+fn mutate(rng: &mut Rng, seed: &[u8], max_random: u64) -> Vec<u8> {
     let mut s = seed.to_vec();
     match rng.next() % 4 {
-        0 => (0..rng.next() % 200).map(|_| rng.next() as u8).collect(),
+        0 => (0..rng.next() % max_random)
+            .map(|_| rng.next() as u8)
+            .collect(),
         1 => {
             if !s.is_empty() {
                 for _ in 0..1 + rng.next() % 4 {
@@ -56,7 +64,7 @@ fn handshake_inputs_never_panic_and_are_never_accepted() {
     seeds.push(Vec::new());
     for i in 0..3000 {
         let seed = &seeds[i % seeds.len()];
-        fuzz_handshake(&mutate(&mut rng, seed));
+        fuzz_handshake(&mutate(&mut rng, seed, 200));
     }
 }
 
@@ -95,6 +103,87 @@ fn reply_frames_never_panic_nor_overflow_the_batch() {
     }
     for i in 0..20_000 {
         let seed = &seeds[i % seeds.len()];
-        fuzz_reassembly(&mutate(&mut rng, seed));
+        fuzz_reassembly(&mutate(&mut rng, seed, 200));
+    }
+}
+
+fn join(parts: Vec<Bytes>) -> Vec<u8> {
+    parts.concat()
+}
+
+#[test]
+fn frames_never_panic_the_decoder() {
+    let reqs = vec![
+        Request::Put {
+            drive: 1,
+            id: ChunkId::from_u128(5),
+            tenant: 2,
+            key_id: 3,
+            payload: Bytes::from_static(b"payload"),
+        },
+        Request::Get {
+            drive: 0,
+            id: ChunkId::from_u128(6),
+            tenant: 2,
+        },
+        Request::List {
+            drive: 0,
+            after: ChunkId::MIN,
+            limit: 9,
+        },
+        Request::DriveInfo { drive: 3 },
+        Request::DriveDetails { drive: 1 },
+    ];
+    let report = DriveReport {
+        drive: 1,
+        state: DriveState::Failed,
+        capacity: 1 << 30,
+        live_bytes: 7,
+        allocated_bytes: 1 << 20,
+        chunks: 1,
+        reason: "gone".into(),
+        device: "nvme:0000:00:04.0/ns1".into(),
+        backend: "nvme".into(),
+        location: "0000:00:04.0/ns1".into(),
+        model: Some("QEMU NVMe Ctrl".into()),
+        serial: Some("SN-A0".into()),
+        firmware: None,
+        space: Some(DriveSpace {
+            free_segments: 3,
+            reserve_segments: 2,
+            full: true,
+            torn_batches: 1,
+            ..DriveSpace::default()
+        }),
+    };
+    let proto_seeds = [
+        join(encode_request_batch(1, &reqs).unwrap()),
+        join(
+            encode_response_batch(
+                2,
+                &[
+                    Ok(Reply::Put),
+                    Ok(Reply::Get {
+                        payload: Bytes::from_static(b"xyz"),
+                    }),
+                    Ok(Reply::List {
+                        chunks: vec![(ChunkId::from_u128(1), 4)],
+                    }),
+                    Ok(Reply::DriveDetails(report.clone())),
+                    Ok(Reply::DriveInfo(report)),
+                ],
+            )
+            .unwrap(),
+        ),
+    ];
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for i in 0..100_000 {
+        let seed = &proto_seeds[i % 2];
+        let input = mutate(&mut rng, seed, 300);
+        let mut buf = BytesMut::from(&input[..]);
+        while let Ok(Some(frame)) = cairn_chunkproto::decode_frame(&mut buf) {
+            let _ = frame.requests();
+            let _ = frame.responses();
+        }
     }
 }

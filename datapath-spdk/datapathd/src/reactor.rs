@@ -10,9 +10,10 @@
 use crate::{Config, DatapathError, PollMode, Result};
 use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{
-    DriveIndex, DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response,
+    DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response,
 };
 use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
+use cairn_types::DriveIndex;
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::Arc;

@@ -2,7 +2,8 @@
 //! `ChunkClient` and raw sockets.
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkClient, ChunkId, DriveState, FailureCode, Reply, Request, Response};
+use cairn_chunkproto::{ChunkClient, DriveState, FailureCode, Reply, Request, Response};
+use cairn_types::ChunkId;
 use std::io::{Read, Write};
 use std::process::Command;
 use std::sync::{Arc, Mutex};

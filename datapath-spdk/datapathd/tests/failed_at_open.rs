@@ -5,7 +5,8 @@
 mod common;
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkId, DriveState, FailureCode, Reply, Request};
+use cairn_chunkproto::{DriveState, FailureCode, Reply, Request};
+use cairn_types::ChunkId;
 use common::{drives, Daemon};
 use std::os::unix::fs::FileExt;
 

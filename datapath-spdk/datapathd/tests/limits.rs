@@ -8,8 +8,9 @@ mod common;
 use bytes::Bytes;
 use cairn_chunkproto::auth::{client_handshake, LocalKey};
 use cairn_chunkproto::{
-    decode_frame, encode_request_batch, ChunkId, Reply, Request, MAX_FRAME, PROTOCOL_VERSION,
+    decode_frame, encode_request_batch, Reply, Request, MAX_FRAME, PROTOCOL_VERSION,
 };
+use cairn_types::ChunkId;
 use common::{drives, Daemon};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

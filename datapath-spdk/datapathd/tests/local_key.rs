@@ -6,7 +6,8 @@ mod common;
 
 use bytes::Bytes;
 use cairn_chunkproto::auth::LocalKey;
-use cairn_chunkproto::{encode_request_batch, ChunkClient, ChunkId, ProtoError, Reply, Request};
+use cairn_chunkproto::{encode_request_batch, ChunkClient, ProtoError, Reply, Request};
+use cairn_types::ChunkId;
 use common::{drives, Daemon};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -2,57 +2,52 @@
 //! the members named in the TLS directory's `peers` file, on the real binary.
 
 use bytes::Bytes;
-use cairn_chunkproto::tls::{cert_sha256, NodeTls};
-use cairn_chunkproto::{ChunkClient, ChunkId, Request};
-use rcgen::{
-    BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use cairn_chunkproto::{ChunkClient, Request};
+use cairn_pki::ca::{self, NodeKey, NodeNames};
+use cairn_pki::tls::NodeTls;
+use cairn_pki::Secrets;
+use cairn_types::ChunkId;
+use std::cell::Cell;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A CA, and certificates it signs for 127.0.0.1.
+/// A cluster CA, and certificates it signs for nodes at 127.0.0.1 (as
+/// `cluster init` and joins issue them).
 struct Ca {
-    params: CertificateParams,
-    key: KeyPair,
+    cluster: &'static str,
+    secrets: Secrets,
     pem: String,
+    next_node: Cell<u64>,
 }
 
 impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca { params, key, pem }
+    fn new(cluster: &'static str) -> Ca {
+        let secrets = ca::new_ca(cluster).unwrap();
+        Ca {
+            cluster,
+            pem: secrets.ca_cert_pem.clone(),
+            secrets,
+            next_node: Cell::new(1),
+        }
     }
 
-    /// (certificate PEM, key PEM).
+    /// (certificate PEM, key PEM) of the next node.
     fn node(&self) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
-        p.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let issuer = Issuer::from_params(&self.params, &self.key);
-        (
-            p.signed_by(&key, &issuer).unwrap().pem(),
-            key.serialize_pem(),
-        )
+        let id = self.next_node.replace(self.next_node.get() + 1);
+        let key = NodeKey::generate().unwrap();
+        let names = NodeNames {
+            id,
+            addrs: &["127.0.0.1:0"],
+        };
+        let cert = ca::issue(&self.secrets, self.cluster, names, &key.public_hex()).unwrap();
+        (cert, key.private_pem())
     }
 }
 
 /// SHA-256 (hex) of a PEM certificate, as the `peers` file lists it.
 fn fingerprint(cert_pem: &str) -> String {
-    use rustls::pki_types::pem::PemObject;
-    let der = rustls::pki_types::CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
-    cert_sha256(&der)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    ca::fingerprint(cert_pem).unwrap()
 }
 
 fn client(ca: &str, (cert, key): &(String, String), addr: &str) -> ChunkClient {
@@ -107,7 +102,7 @@ async fn peers_need_a_current_members_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let tls_dir = dir.path().join("tls");
     std::fs::create_dir_all(&tls_dir).unwrap();
-    let ca = Ca::new();
+    let ca = Ca::new("c1");
     let (server, a, b) = (ca.node(), ca.node(), ca.node());
     std::fs::write(tls_dir.join("ca.pem"), &ca.pem).unwrap();
     std::fs::write(tls_dir.join("node.key"), &server.1).unwrap();
@@ -147,7 +142,7 @@ async fn peers_need_a_current_members_certificate() {
     // The same CA's certificate, not listed: refused.
     assert!(!works(&client(&ca.pem, &b, &peer_addr), 2).await);
     // Another CA's certificate: refused in the handshake.
-    let other = Ca::new();
+    let other = Ca::new("c2");
     assert!(!works(&client(&ca.pem, &other.node(), &peer_addr), 3).await);
     // Plain TCP speaking the chunk protocol, even with the node's own local key:
     // refused (the peer port takes mutual TLS only).

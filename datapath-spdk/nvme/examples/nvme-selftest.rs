@@ -14,9 +14,9 @@
 use cairn_blockdev::{
     BlockDevice, BlockError, Completion, DeviceInfo, DmaBuf, QueuePair, UringDevice,
 };
-use cairn_chunkproto::ChunkId;
 use cairn_chunkstore::{ChunkStore, FormatParams, WriteOp};
 use cairn_nvme::{bench, Bdf, DriverConfig, NvmeController, NvmeNamespace, VfioDevice};
+use cairn_types::ChunkId;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -685,8 +685,8 @@ fn params() -> cairn_chunkstore::FormatParams {
 
 #[test]
 fn chunk_store_on_the_emulated_controller() {
-    use cairn_chunkproto::ChunkId;
     use cairn_chunkstore::{ChunkStore, WriteOp};
+    use cairn_types::ChunkId;
     for lba_shift in [12u8, 9] {
         let emu = Arc::new(EmulatedController::new(EmuConfig {
             namespaces: vec![EmuNamespace::bytes(lba_shift, 16 << 20)],
@@ -748,8 +748,8 @@ fn chunk_store_on_the_emulated_controller() {
 
 #[test]
 fn chunk_store_marks_itself_failed_on_fatal_status() {
-    use cairn_chunkproto::ChunkId;
     use cairn_chunkstore::{ChunkStore, WriteOp};
+    use cairn_types::ChunkId;
     let (emu, ctrl) = setup(
         EmuConfig {
             namespaces: vec![EmuNamespace::bytes(12, 16 << 20)],

@@ -72,7 +72,7 @@ impl Cluster {
                     .1
                     .peer_certificates()
                     .and_then(|c| c.first())
-                    .map(|c| crate::pki::hex(&cairn_pki::tls::cert_sha256(c)));
+                    .map(|c| cairn_pki::ca::hex(&cairn_pki::tls::cert_sha256(c)));
                 // Decided per request, not per connection: a node removed from the
                 // map loses the member routes on connections it already holds.
                 let svc = tower::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {

@@ -3,7 +3,8 @@
 
 use crate::error::{error_chain, raft_err};
 use crate::node::now_ms;
-use crate::{pki, Cluster, ClusterError, Command, MapChange, NodeAdvert, Protection, Secrets};
+use crate::{Cluster, ClusterError, Command, MapChange, NodeAdvert, Protection};
+use cairn_pki::{ca, Secrets};
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 pub struct JoinRequest {
     pub token: String,
     pub node: NodeAdvert,
-    /// The joiner's public key ([`pki::NodeKey::public_hex`]); its private key
+    /// The joiner's public key ([`cairn_pki::ca::NodeKey::public_hex`]); its private key
     /// stays on the joiner.
     pub public_key: String,
 }
@@ -48,7 +49,7 @@ impl Cluster {
             .current_leader(self.id, "init")
             .await
             .map_err(raft_err)?;
-        let secrets = pki::new_ca(cluster_id)?;
+        let secrets = ca::new_ca(cluster_id)?;
         self.propose(Command::Secrets(secrets.clone())).await?;
         self.propose_map(MapChange::Create {
             cluster_id: cluster_id.to_string(),
@@ -56,25 +57,25 @@ impl Cluster {
         })
         .await?;
         // The first member certifies itself with the CA it just made.
-        let key = pki::NodeKey::generate()?;
+        let key = ca::NodeKey::generate()?;
         let cert = issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
         self.transport
             .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
         self.propose_map(MapChange::AddNode {
             node: NodeAdvert {
-                cert: pki::fingerprint(&cert)?,
+                cert: ca::fingerprint(&cert)?,
                 ..self.advert()
             },
             at_ms: now_ms(),
         })
         .await?;
-        Ok(pki::token(&secrets)?)
+        Ok(ca::token(&secrets)?)
     }
 
     /// A join token for this cluster (members only).
     pub fn token(&self) -> Result<String, ClusterError> {
         let s = self.secrets().ok_or(ClusterError::NotMember)?;
-        Ok(pki::token(&s)?)
+        Ok(ca::token(&s)?)
     }
 
     /// The replicated secrets (members only).
@@ -91,9 +92,9 @@ impl Cluster {
     /// then installs the certificate the cluster signed for this node's own key.
     /// The caller then waits with [`Cluster::wait_member`].
     pub async fn request_join(&self, seed: &str, token: &str) -> Result<String, ClusterError> {
-        let (ca_fp, _) = pki::parse_token(token)?;
-        let key = pki::NodeKey::generate()?;
-        let tls = cairn_chunkproto::tls::pinned_ca_client_config(ca_fp)
+        let (ca_fp, _) = ca::parse_token(token)?;
+        let key = ca::NodeKey::generate()?;
+        let tls = cairn_pki::tls::pinned_ca_client_config(ca_fp)
             .map_err(|e| ClusterError::Pki(e.to_string()))?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls((*tls).clone())
@@ -120,9 +121,7 @@ impl Cluster {
             .await
             .map_err(|e| peer(e.to_string()))?;
         let reply = r.map_err(ClusterError::JoinRefused)?;
-        let got = rustls::pki_types::pem::PemObject::from_pem_slice(reply.ca_pem.as_bytes())
-            .map(|der: rustls::pki_types::CertificateDer| cairn_chunkproto::tls::cert_sha256(&der))
-            .map_err(|e| ClusterError::Pki(format!("the CA in the join reply: {e}")))?;
+        let got = cairn_pki::tls::pem_cert_sha256(&reply.ca_pem, "the CA in the join reply")?;
         if got != ca_fp {
             return Err(ClusterError::JoinRefused(
                 "the cluster answered with a CA other than the token's".into(),
@@ -148,13 +147,13 @@ impl Cluster {
     /// adds it to the map and to Raft as a learner).
     pub(crate) async fn admit(&self, req: JoinRequest) -> Result<JoinReply, ClusterError> {
         let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
-        pki::check_token(&secrets, &req.token)?;
+        ca::check_token(&secrets, &req.token)?;
         let cluster_id = self.map().cluster_id.clone();
         let cert_pem = issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
         // The map names the certificate: peers accept it while the node is listed.
         self.propose_map(MapChange::AddNode {
             node: NodeAdvert {
-                cert: pki::fingerprint(&cert_pem)?,
+                cert: ca::fingerprint(&cert_pem)?,
                 ..req.node.clone()
             },
             at_ms: now_ms(),
@@ -196,7 +195,7 @@ impl Cluster {
 /// A certificate for the node `advert` describes, named by its id and every
 /// address it advertises.
 fn issue(
-    secrets: &crate::Secrets,
+    secrets: &Secrets,
     cluster_id: &str,
     advert: &crate::NodeAdvert,
     public_key_hex: &str,
@@ -206,9 +205,9 @@ fn issue(
         advert.chunk.as_str(),
         advert.s3.as_str(),
     ];
-    let names = pki::NodeNames {
+    let names = ca::NodeNames {
         id: advert.id,
         addrs: &addrs,
     };
-    Ok(pki::issue(secrets, cluster_id, names, public_key_hex)?)
+    Ok(ca::issue(secrets, cluster_id, names, public_key_hex)?)
 }

@@ -36,8 +36,6 @@ mod transport;
 mod types;
 mod voters;
 
-/// The cluster PKI (its own crate; issuance and tokens).
-pub use cairn_pki::ca as pki;
 pub use error::ClusterError;
 pub use join::{JoinReply, JoinRequest};
 pub use map::{
@@ -46,5 +44,5 @@ pub use map::{
 pub use node::{Cluster, ClusterConfig};
 pub use status::RaftStatus;
 pub use transport::{Certified, Transport};
-pub use types::{Command, Outcome, ProposeRefused, Secrets};
+pub use types::{Command, Outcome, ProposeRefused};
 pub use voters::MAX_VOTERS;

@@ -8,10 +8,11 @@
 
 use crate::map::ClusterMap;
 use crate::types::{
-    Command, Entry, LogId, Outcome, Secrets, Snapshot, SnapshotMeta, StorageError,
-    StoredMembership, TypeConfig,
+    Command, Entry, LogId, Outcome, Snapshot, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
 };
 use cairn_meta::MetaStore;
+use cairn_pki::Secrets;
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageIOError};
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! the HTTPS client made from it.
 
 use crate::ClusterError;
-use cairn_chunkproto::tls::NodeTls;
+use cairn_pki::tls::NodeTls;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -67,7 +67,7 @@ impl Transport {
         let node = NodeTls::from_pem(ca_pem, cert_pem, key_pem)
             .map_err(|e| ClusterError::Pki(e.to_string()))?;
         let certified = Certified::new(node)?;
-        use cairn_chunkproto::tls::{CA_FILE, CERT_FILE, KEY_FILE};
+        use cairn_pki::tls::{CA_FILE, CERT_FILE, KEY_FILE};
         let st = |e: std::io::Error| ClusterError::State(format!("{}: {e}", self.dir.display()));
         std::fs::create_dir_all(&self.dir).map_err(st)?;
         // The certificate goes last: readers take its presence to mean "complete".
@@ -85,12 +85,7 @@ impl Transport {
         std::fs::create_dir_all(&self.dir).map_err(st)?;
         let mut body = fingerprints.join("\n");
         body.push('\n');
-        write_private(
-            &self.dir.join(cairn_chunkproto::tls::PEERS_FILE),
-            &body,
-            0o644,
-        )
-        .map_err(st)
+        write_private(&self.dir.join(cairn_pki::tls::PEERS_FILE), &body, 0o644).map_err(st)
     }
 
     /// The node's TLS identity, once it has one.

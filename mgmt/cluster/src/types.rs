@@ -2,6 +2,7 @@
 
 use crate::map::MapChange;
 use cairn_meta::{Applied, MetaError, Mutation, Proposal};
+use cairn_pki::Secrets;
 use serde::{Deserialize, Serialize};
 
 /// One entry of the cluster's log: a metadata change or a map change. Both kinds
@@ -19,8 +20,6 @@ pub enum Command {
     /// shown by the map or status.
     Secrets(Secrets),
 }
-
-pub use cairn_pki::Secrets;
 
 /// Why the node a proposal was forwarded to did not answer with an outcome; typed
 /// so that the proposer can tell "not appended anywhere" from "may be in the log".

@@ -119,8 +119,8 @@ async fn strangers_are_refused() {
     let token = init(&a, "one", 1, 1, 2).await;
     // A client that trusts the cluster CA (as a joiner does) but has no
     // certificate reaches /cluster/join only.
-    let (fp, _) = cairn_cluster::pki::parse_token(&token).unwrap();
-    let tls = cairn_chunkproto::tls::pinned_ca_client_config(fp).unwrap();
+    let (fp, _) = cairn_pki::ca::parse_token(&token).unwrap();
+    let tls = cairn_pki::tls::pinned_ca_client_config(fp).unwrap();
     let anon = reqwest::Client::builder()
         .use_preconfigured_tls((*tls).clone())
         .build()
@@ -147,7 +147,7 @@ async fn strangers_are_refused() {
     init(&other, "two", 1, 1, 2).await;
     let pem =
         |m: &Member, f: &str| std::fs::read_to_string(m._dir.path().join("tls").join(f)).unwrap();
-    let foreign = cairn_chunkproto::tls::NodeTls::from_pem(
+    let foreign = cairn_pki::tls::NodeTls::from_pem(
         &pem(&a, "ca.pem"),
         &pem(&other, "node.pem"),
         &pem(&other, "node.key"),

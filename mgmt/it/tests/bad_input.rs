@@ -708,7 +708,7 @@ async fn chunk_port_refuses_clients_without_the_node_key() {
     let node = Node::start(NodeOptions::default());
     let (c, small, big) = setup(&node).await;
     let addr = node.datapath_addr.clone();
-    let id = cairn_chunkproto::ChunkId::from_u128(1 << 40);
+    let id = cairn_types::ChunkId::from_u128(1 << 40);
 
     let stranger = LocalKey::from_bytes(&[0x42; 32]);
     let wrong = ChunkClient::local(addr.clone(), 1, Duration::from_secs(5), stranger);

@@ -6,9 +6,10 @@
 
 use bytes::Bytes;
 use cairn_chunkproto::auth::LocalKey;
-use cairn_chunkproto::{ChunkClient, ChunkId, ChunkVersion, Reply, Request};
+use cairn_chunkproto::{ChunkClient, Reply, Request};
 use cairn_it::raw::{read_all, signed_request, Payload, Raw};
 use cairn_it::{get_bytes, put_bytes, random_bytes, Node, NodeOptions};
+use cairn_types::{ChunkId, ChunkVersion};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;

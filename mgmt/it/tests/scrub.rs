@@ -107,7 +107,7 @@ fn forge_chunk(node: &Node, prefix: &[u8]) -> u16 {
         let dev = UringDevice::open(&node.drive_path(d), None).unwrap();
         let mut store = ChunkStore::open(&dev).unwrap();
         let ids = store
-            .list(cairn_chunkproto::ChunkId::from_u128(0), 100_000)
+            .list(cairn_types::ChunkId::from_u128(0), 100_000)
             .unwrap();
         for (id, tenant) in ids {
             let payload = store.get(id, tenant).unwrap();

@@ -119,7 +119,7 @@ fn fragment_state(map: &ClusterMap, drive: u16, grace: Duration) -> FragmentStat
 }
 
 /// Tells datapathd which certificates belong to members now (see
-/// `cairn_chunkproto::tls::PEERS_FILE`). Only nodes with a recorded certificate are
+/// `cairn_pki::tls::PEERS_FILE`). Only nodes with a recorded certificate are
 /// listed; until every node has one (maps from before certificates were recorded)
 /// no list is written, and datapathd accepts any certificate of the cluster CA.
 fn write_members(transport: &cairn_cluster::Transport, map: &ClusterMap) {

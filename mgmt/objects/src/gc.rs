@@ -26,8 +26,9 @@
 
 use crate::{chunk_id, ObjectError, ObjectStore};
 use cairn_adminapi::{GcRound, GcStatus};
-use cairn_chunkproto::{ChunkId, ChunkVersion, ProtoError, Reply, Request};
+use cairn_chunkproto::{ProtoError, Reply, Request};
 use cairn_meta::{Commit, Layout, MetaError, Mutation, Proposal, UNPLACED};
+use cairn_types::{ChunkId, ChunkVersion};
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

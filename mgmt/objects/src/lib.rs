@@ -35,12 +35,13 @@ pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
 
 use bytes::Bytes;
-use cairn_chunkproto::{ChunkId, DriveReport, ProtoError, Request};
+use cairn_chunkproto::{DriveReport, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
     After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
     ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
+use cairn_types::ChunkId;
 use futures::stream::{BoxStream, StreamExt};
 use futures::Stream;
 use std::collections::{BTreeMap, HashMap};

@@ -308,7 +308,7 @@ impl Reader {
 
     /// Rewrites fragments in the background; each rewrite is verified by the
     /// datapath's checksum on its next read, and counted once acknowledged.
-    fn repair(&self, fixes: Vec<(u16, cairn_chunkproto::ChunkId, Bytes)>) {
+    fn repair(&self, fixes: Vec<(u16, cairn_types::ChunkId, Bytes)>) {
         if fixes.is_empty() {
             return;
         }

@@ -394,7 +394,7 @@ impl ObjectStore {
         tenant: u64,
         drives: &[u16],
         states: &[FragmentState],
-        id: cairn_chunkproto::ChunkId,
+        id: cairn_types::ChunkId,
         size: u64,
         sum: Option<u32>,
     ) -> Option<Bytes> {
@@ -460,7 +460,7 @@ impl ObjectStore {
         &self,
         tenant: u64,
         drive: u16,
-        id: cairn_chunkproto::ChunkId,
+        id: cairn_types::ChunkId,
         data: Bytes,
     ) -> Result<bool, ObjectError> {
         let put = self

@@ -17,8 +17,6 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
     PKCS_ECDSA_P256_SHA256,
 };
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 
 const TOKEN_PREFIX: &str = "cairn1";
 
@@ -193,7 +191,8 @@ pub fn issue(
     Ok(cert.pem())
 }
 
-fn host_of(addr: &str) -> &str {
+/// The host of `host:port` (brackets of an IPv6 address removed).
+pub(crate) fn host_of(addr: &str) -> &str {
     match addr.rsplit_once(':') {
         Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
         None => addr,
@@ -202,22 +201,12 @@ fn host_of(addr: &str) -> &str {
 
 /// SHA-256 of the CA certificate in `secrets`.
 fn ca_fingerprint(secrets: &Secrets) -> Result<[u8; 32], PkiError> {
-    let der = CertificateDer::from_pem_slice(secrets.ca_cert_pem.as_bytes()).map_err(|e| {
-        PkiError::Pem {
-            what: "CA certificate".into(),
-            why: e.to_string(),
-        }
-    })?;
-    Ok(crate::tls::cert_sha256(&der))
+    crate::tls::pem_cert_sha256(&secrets.ca_cert_pem, "CA certificate")
 }
 
 /// SHA-256 (hex) of a PEM certificate, as the map records it.
 pub fn fingerprint(cert_pem: &str) -> Result<String, PkiError> {
-    let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).map_err(|e| PkiError::Pem {
-        what: "certificate".into(),
-        why: e.to_string(),
-    })?;
-    Ok(hex(&crate::tls::cert_sha256(&der)))
+    Ok(hex(&crate::tls::pem_cert_sha256(cert_pem, "certificate")?))
 }
 
 /// The join token of the cluster.
@@ -262,7 +251,8 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
+/// The bytes of lower- or upper-case hex `s`; `None` for anything else.
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

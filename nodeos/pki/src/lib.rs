@@ -3,8 +3,10 @@
 //! name it ([`ca`]), and the rustls configurations a node builds from its CA,
 //! certificate and key for mutual TLS ([`tls`]).
 //!
-//! Both the chunk protocol (datapathd's peer listener and client) and the cluster
-//! layer (Raft, membership, joins) use it; it depends on no Cairn crate.
+//! The chunk protocol's peer client, datapathd's peer listener and the cluster
+//! layer (Raft, membership, joins) use it. Any Cairn crate may depend on it; it
+//! depends on no Cairn crate, and knows no protocol: what runs over the TLS (and
+//! the chunk protocol's node-local key handshake) belongs to the protocol's crate.
 
 pub mod ca;
 pub mod tls;

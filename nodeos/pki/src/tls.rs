@@ -2,9 +2,9 @@
 //!
 //! Every node of a cluster holds a certificate issued by the cluster's CA (made at
 //! `cluster init`) and its own private key, which never leaves the node. Node to
-//! node traffic (the chunk protocol here, Raft and membership in mgmtd) runs over
-//! TLS 1.3 where both ends present such a certificate and check the other's against
-//! the cluster CA; a peer without one is refused during the handshake.
+//! node traffic (the chunk protocol, Raft and membership) runs over TLS 1.3 where
+//! both ends present such a certificate and check the other's against the cluster
+//! CA; a peer without one is refused during the handshake.
 //!
 //! This module only builds rustls configurations from PEM material; issuing
 //! certificates is [`crate::ca`]'s. The crypto provider is `ring`,
@@ -46,24 +46,15 @@ pub fn load_peers(dir: &Path) -> Result<Option<std::collections::HashSet<[u8; 32
     };
     let mut set = std::collections::HashSet::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let fp = parse_sha256_hex(line).ok_or_else(|| PkiError::Pem {
-            what: p.display().to_string(),
-            why: format!("{line:?} is not a SHA-256 in hex"),
-        })?;
+        let fp = crate::ca::unhex(line)
+            .and_then(|v| <[u8; 32]>::try_from(v).ok())
+            .ok_or_else(|| PkiError::Pem {
+                what: p.display().to_string(),
+                why: format!("{line:?} is not a SHA-256 in hex"),
+            })?;
         set.insert(fp);
     }
     Ok(Some(set))
-}
-
-fn parse_sha256_hex(s: &str) -> Option<[u8; 32]> {
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 /// The crypto provider of every Cairn TLS configuration.
@@ -208,6 +199,12 @@ pub fn cert_sha256(der: &[u8]) -> [u8; 32] {
     out
 }
 
+/// SHA-256 of the (first) certificate in `pem`; `what` names it in the error.
+pub fn pem_cert_sha256(pem: &str, what: &str) -> Result<[u8; 32], PkiError> {
+    let der = CertificateDer::from_pem_slice(pem.as_bytes()).map_err(pem_err(what))?;
+    Ok(cert_sha256(&der))
+}
+
 #[derive(Debug)]
 struct PinnedCa {
     ca_sha256: [u8; 32],
@@ -291,10 +288,41 @@ impl ServerCertVerifier for PinnedCa {
 
 /// The TLS server name for an address `host:port` (an IP address or a DNS name).
 pub fn server_name(addr: &str) -> Result<ServerName<'static>, PkiError> {
-    let host = match addr.rsplit_once(':') {
-        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
-        None => addr,
-    };
-    ServerName::try_from(host.to_string())
+    ServerName::try_from(crate::ca::host_of(addr).to_string())
         .map_err(|e| PkiError::Config(format!("{addr}: not a host name or IP address: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peers_file_lists_sha256_in_hex() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load_peers(dir.path()).unwrap().is_none());
+        let fp = [0xabu8; 32];
+        let line = crate::ca::hex(&fp);
+        std::fs::write(dir.path().join(PEERS_FILE), format!("\n{line}\n  \n")).unwrap();
+        let peers = load_peers(dir.path()).unwrap().unwrap();
+        assert_eq!(peers.into_iter().collect::<Vec<_>>(), vec![fp]);
+        for bad in [&line[1..], "zz", &format!("{line}00")] {
+            std::fs::write(dir.path().join(PEERS_FILE), bad).unwrap();
+            assert!(load_peers(dir.path()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn server_names_are_the_host_of_an_address() {
+        for (addr, name) in [
+            ("10.0.0.7:9002", "10.0.0.7"),
+            ("[::1]:9002", "::1"),
+            ("node.example:7410", "node.example"),
+        ] {
+            assert_eq!(
+                server_name(addr).unwrap(),
+                ServerName::try_from(name).unwrap()
+            );
+        }
+        assert!(server_name("bad host:1").is_err());
+    }
 }

@@ -3,7 +3,9 @@
 //!
 //! This is a bottom crate with no dependencies: the chunk store, the chunk
 //! protocol, and the management plane above them all depend on it, so none of them
-//! has to depend on another only to name a chunk.
+//! has to depend on another only to name a chunk. Any Cairn crate may depend on
+//! it; it must stay plain values (no I/O, no wire or disk encoding, no
+//! dependencies), so that depending on it never pulls in a layer.
 
 use std::fmt;
 

@@ -1,8 +1,9 @@
 //! The cursor decoding reads through: every read is checked against what is
 //! left, which is what makes decoding total.
 
-use crate::{ChunkId, ProtoError};
+use crate::ProtoError;
 use bytes::{Buf, Bytes};
+use cairn_types::ChunkId;
 
 /// A bounds-checked cursor over a frame body.
 pub(super) struct Reader(pub(super) Bytes);

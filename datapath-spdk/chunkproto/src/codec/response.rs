@@ -4,8 +4,9 @@ use super::frame::{patch_len, payload_len, FrameKind};
 use super::reader::Reader;
 use super::report::{put_report, read_details, read_report};
 use super::*;
-use crate::{ChunkVersion, Failure, FailureCode, ProtoError, Reply, Response};
+use crate::{Failure, FailureCode, ProtoError, Reply, Response};
 use bytes::{BufMut, Bytes, BytesMut};
+use cairn_types::ChunkVersion;
 
 /// Encodes a response batch, one result per request in request order. Each reply
 /// names its operation, so a client that pairs results wrongly gets an error

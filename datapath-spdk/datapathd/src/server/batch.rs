@@ -18,9 +18,10 @@ use super::budget::{Budget, Held};
 use super::Out;
 use crate::reactor::Router;
 use cairn_chunkproto::{
-    encode_response_frames, response_len, DriveIndex, Failure, FailureCode, Reply, Request,
-    Response, MAX_BATCH_REPLY, MAX_FRAME,
+    encode_response_frames, response_len, Failure, FailureCode, Reply, Request, Response,
+    MAX_BATCH_REPLY, MAX_FRAME,
 };
+use cairn_types::DriveIndex;
 use std::collections::BTreeMap;
 use tokio::sync::mpsc;
 

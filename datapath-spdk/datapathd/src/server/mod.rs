@@ -41,8 +41,8 @@ use crate::{Config, Result};
 use budget::{bump, Held, Stats};
 use bytes::Bytes;
 use cairn_chunkproto::auth::{self, LocalKey};
-use cairn_chunkproto::tls::NodeTls;
 use cairn_chunkproto::MAX_FRAME;
+use cairn_pki::tls::NodeTls;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -106,9 +106,9 @@ fn watch_tls(dir: std::path::PathBuf) -> Acceptor {
         let mut last: Option<Vec<u8>> = None;
         loop {
             let stamp = [
-                cairn_chunkproto::tls::CERT_FILE,
-                cairn_chunkproto::tls::KEY_FILE,
-                cairn_chunkproto::tls::PEERS_FILE,
+                cairn_pki::tls::CERT_FILE,
+                cairn_pki::tls::KEY_FILE,
+                cairn_pki::tls::PEERS_FILE,
             ]
             .iter()
             .map(|f| std::fs::read(dir.join(f)).unwrap_or_default())
@@ -117,7 +117,7 @@ fn watch_tls(dir: std::path::PathBuf) -> Acceptor {
             if !stamp.is_empty() && last.as_ref() != Some(&stamp) {
                 let loaded = NodeTls::load(&dir)
                     .and_then(|t| t.map(|t| t.server_config(true)).transpose())
-                    .and_then(|cfg| Ok((cfg, cairn_chunkproto::tls::load_peers(&dir)?)));
+                    .and_then(|cfg| Ok((cfg, cairn_pki::tls::load_peers(&dir)?)));
                 match loaded {
                     Ok((Some(cfg), members)) => {
                         tracing::info!(
@@ -186,7 +186,7 @@ async fn accept_peer(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .map(|c| cairn_chunkproto::tls::cert_sha256(c))
+                .map(|c| cairn_pki::tls::cert_sha256(c))
             else {
                 return;
             };
