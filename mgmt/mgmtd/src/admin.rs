@@ -210,7 +210,11 @@ async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeS
     // cluster member lists every drive of the cluster by cluster-wide id, through
     // the fabric, with state and space only.
     let reports = match &app.target {
-        Target::Single(_) => app.local.drives().await.map_err(|f| f.message().to_string()),
+        Target::Single(_) => app
+            .local
+            .drives()
+            .await
+            .map_err(|f| f.message().to_string()),
         Target::Cluster(_) => store
             .drive_reports()
             .await
