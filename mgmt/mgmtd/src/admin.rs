@@ -1,112 +1,57 @@
 //! The admin API: what `nodectl` (and later the SSH console) call. Every route but
-//! `/healthz` needs the node's bearer token.
+//! `/healthz` needs the node's bearer token. The routes, and every body they take
+//! and answer, are cairn-adminapi's: the handlers here serialize exactly those
+//! types, and every failure is a [`Failure`] (an `ErrorBody` with its status).
 
-use crate::cluster::{resolve_node, ClusterNode, ClusterStatus};
+use crate::cluster::{resolve_node, ClusterNode};
+pub(crate) use crate::failure::Failure;
+use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use cairn_adminapi::{
+    routes, ClusterStatus, DamageAtOpen, DriveStatus, ErrorKind, InitRequest, JoinRequest,
+    NodeDrives, NodeRequest, NodeStatus, TokenReply,
+};
 use cairn_chunkproto::{ChunkClient, DriveReport, DriveState, Reply, Request};
 use cairn_objects::{ObjectStore, StoreStatus};
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// One drive as the operator sees it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DriveStatus {
-    pub index: u16,
-    pub device: String,
-    /// `healthy` or `failed` (then `reason` says why).
-    pub state: String,
-    pub reason: String,
-    pub capacity_bytes: u64,
-    pub used_bytes: u64,
-    pub allocated_bytes: u64,
-    pub chunks: u64,
-    /// `uring`, `nvme` or `ram`; empty when unknown. This and the fields below are
-    /// known for the node's own drives (`/v1/drives`, and `/v1/status` of a single
-    /// node); `default` so a newer nodectl reads an older mgmtd's answers.
-    #[serde(default)]
-    pub backend: String,
-    /// A path, or a PCI address and namespace.
-    #[serde(default)]
-    pub location: String,
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub serial: Option<String>,
-    #[serde(default)]
-    pub firmware: Option<String>,
-    /// Puts are refused for want of space (deletes still work); known for the
-    /// node's own drives.
-    #[serde(default)]
-    pub full: bool,
-    /// Free segments, and how many of them only deletes and compaction may use.
-    #[serde(default)]
-    pub free_segments: Option<u64>,
-    #[serde(default)]
-    pub reserve_segments: Option<u64>,
-    /// What the drive's last open found damaged on disk, if anything.
-    #[serde(default)]
-    pub damage_at_open: Option<DamageAtOpen>,
-}
-
-/// Damage the chunk store found and worked around when it opened the drive.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DamageAtOpen {
-    /// Segments whose header, summary or footer was damaged (rescanned).
-    pub damaged_segments: u64,
-    /// Damaged batches followed by valid data (the valid data was kept).
-    pub corrupt_batches: u64,
-    /// Chunk records lost to damage: repair rebuilds them from other drives.
-    pub corrupt_records: u64,
-    /// Records kept from inside damaged batches.
-    pub salvaged_records: u64,
-    /// Incomplete last batches dropped as torn writes (never acknowledged).
-    pub torn_batches: u64,
-}
-
-impl From<DriveReport> for DriveStatus {
-    fn from(r: DriveReport) -> Self {
-        DriveStatus {
-            index: r.drive,
-            device: r.device,
-            state: match r.state {
-                DriveState::Healthy => "healthy".into(),
-                DriveState::Failed => "failed".into(),
-            },
-            reason: r.reason,
-            capacity_bytes: r.capacity,
-            used_bytes: r.live_bytes,
-            allocated_bytes: r.allocated_bytes,
-            chunks: r.chunks,
-            backend: r.backend,
-            location: r.location,
-            model: r.model,
-            serial: r.serial,
-            firmware: r.firmware,
-            full: r.space.as_ref().is_some_and(|s| s.full),
-            free_segments: r.space.as_ref().map(|s| s.free_segments),
-            reserve_segments: r.space.as_ref().map(|s| s.reserve_segments),
-            damage_at_open: r
-                .space
-                .map(|s| DamageAtOpen {
-                    damaged_segments: s.damaged_segments,
-                    corrupt_batches: s.corrupt_batches,
-                    corrupt_records: s.corrupt_records,
-                    salvaged_records: s.salvaged_records,
-                    torn_batches: s.torn_batches,
-                })
-                .filter(|d| *d != DamageAtOpen::default()),
-        }
+/// A drive's report from datapathd as the operator sees it.
+fn drive_status(r: DriveReport) -> DriveStatus {
+    DriveStatus {
+        index: r.drive,
+        device: r.device,
+        state: match r.state {
+            DriveState::Healthy => "healthy".into(),
+            DriveState::Failed => "failed".into(),
+        },
+        reason: r.reason,
+        capacity_bytes: r.capacity,
+        used_bytes: r.live_bytes,
+        allocated_bytes: r.allocated_bytes,
+        chunks: r.chunks,
+        backend: r.backend,
+        location: r.location,
+        model: r.model,
+        serial: r.serial,
+        firmware: r.firmware,
+        full: r.space.as_ref().is_some_and(|s| s.full),
+        free_segments: r.space.as_ref().map(|s| s.free_segments),
+        reserve_segments: r.space.as_ref().map(|s| s.reserve_segments),
+        damage_at_open: r
+            .space
+            .map(|s| DamageAtOpen {
+                damaged_segments: s.damaged_segments,
+                corrupt_batches: s.corrupt_batches,
+                corrupt_records: s.corrupt_records,
+                salvaged_records: s.salvaged_records,
+                torn_batches: s.torn_batches,
+            })
+            .filter(|d| *d != DamageAtOpen::default()),
     }
-}
-
-/// The node's own drives, for `nodectl drives` (`GET /v1/drives`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeDrives {
-    pub drives: Vec<DriveStatus>,
 }
 
 /// The node's own datapathd: where `/v1/drives` asks, in single-node and cluster
@@ -125,8 +70,8 @@ impl LocalDatapath {
     /// cairn-chunkproto's codec documentation).
     async fn drives(&self) -> Result<Vec<DriveStatus>, Failure> {
         let unavailable = |e: String| {
-            fail(
-                StatusCode::SERVICE_UNAVAILABLE,
+            Failure::new(
+                ErrorKind::Unavailable,
                 format!("datapath at {} unavailable: {e}", self.client.addr()),
             )
         };
@@ -141,7 +86,7 @@ impl LocalDatapath {
         let mut out = Vec::with_capacity(replies.len());
         for (drive, r) in (0..self.drives).zip(replies) {
             match r {
-                Ok(Reply::DriveDetails(d)) => out.push(d.into()),
+                Ok(Reply::DriveDetails(d)) => out.push(drive_status(d)),
                 Ok(other) => {
                     return Err(unavailable(format!(
                         "drive {drive}: unexpected reply {other:?}"
@@ -152,40 +97,6 @@ impl LocalDatapath {
         }
         Ok(out)
     }
-}
-
-/// The node, for `nodectl status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeStatus {
-    /// `healthy`, `degraded` (a drive failed, data still protected or readable), or
-    /// `unavailable` (the datapath does not answer).
-    pub health: String,
-    pub data_dir: String,
-    pub drives: Vec<DriveStatus>,
-    pub capacity_bytes: u64,
-    pub used_bytes: u64,
-    pub objects: u64,
-    pub buckets: u64,
-    pub protection: String,
-    pub replicas: u8,
-    pub degraded_reads: u64,
-    pub repaired_fragments: u64,
-    pub unreadable_reads: u64,
-    pub collected_chunks: u64,
-    /// Multipart uploads aborted for being older than `--abort-uploads-after`.
-    #[serde(default)]
-    pub aborted_uploads: u64,
-    /// Fragments found bad when read (by clients or the scrubber).
-    #[serde(default)]
-    pub bad_fragments: u64,
-    /// The scrubber: state, the pass under way, the last one.
-    #[serde(default)]
-    pub scrub: Option<cairn_objects::ScrubStatus>,
-    /// Objects fully protected, short of fragments (a drive failed, or a write
-    /// that found a drive full), or lost, as the manifests and the drives' states
-    /// say now (a single node; a cluster member's are in `cluster status`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub objects_protection: Option<cairn_objects::ProtectionReport>,
 }
 
 /// What the admin API manages.
@@ -203,24 +114,13 @@ pub(crate) struct App {
     data: PathBuf,
 }
 
-pub(crate) type Failure = (StatusCode, String);
-
-fn fail(code: StatusCode, e: impl std::fmt::Display) -> Failure {
-    (code, format!("{e}\n"))
-}
-
-/// A failure of the node itself (its metadata unreadable, say).
-pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
-    fail(StatusCode::INTERNAL_SERVER_ERROR, e)
-}
-
 impl App {
     pub(crate) fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
         match &self.target {
             Target::Single(s) => Ok(s.clone()),
             Target::Cluster(c) => c.store.get().cloned().ok_or_else(|| {
-                fail(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                Failure::new(
+                    ErrorKind::Unavailable,
                     "this node is not part of a cluster yet: run `nodectl cluster init` or `nodectl cluster join`",
                 )
             }),
@@ -230,8 +130,8 @@ impl App {
     fn cluster(&self) -> Result<Arc<ClusterNode>, Failure> {
         match &self.target {
             Target::Cluster(c) => Ok(c.clone()),
-            Target::Single(_) => Err(fail(
-                StatusCode::CONFLICT,
+            Target::Single(_) => Err(Failure::new(
+                ErrorKind::Conflict,
                 "this node runs in single-node mode (start mgmtd with --internal for a cluster)",
             )),
         }
@@ -241,8 +141,8 @@ impl App {
         if authorized(self, headers) {
             Ok(())
         } else {
-            Err(fail(
-                StatusCode::UNAUTHORIZED,
+            Err(Failure::new(
+                ErrorKind::Unauthorized,
                 "missing or wrong admin token",
             ))
         }
@@ -258,20 +158,21 @@ pub(crate) async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/v1/status", get(status))
-        .route("/v1/drives", get(drives))
-        .route("/v1/scrub", get(crate::scrub::status))
-        .route("/v1/scrub/start", post(crate::scrub::start))
-        .route("/v1/scrub/pause", post(crate::scrub::pause))
-        .route("/v1/gc", get(crate::gc::status))
-        .route("/v1/gc/run", post(crate::gc::run))
-        .route("/v1/cluster/init", post(cluster_init))
-        .route("/v1/cluster/join", post(cluster_join))
-        .route("/v1/cluster/status", get(cluster_status))
-        .route("/v1/cluster/token", get(cluster_token))
-        .route("/v1/cluster/drain", post(cluster_drain))
-        .route("/v1/cluster/remove", post(cluster_remove))
+        .route(routes::HEALTHZ, get(|| async { "ok" }))
+        .route(routes::STATUS, get(status))
+        .route(routes::DRIVES, get(drives))
+        .route(routes::SCRUB, get(crate::scrub::status))
+        .route(routes::SCRUB_START, post(crate::scrub::start))
+        .route(routes::SCRUB_PAUSE, post(crate::scrub::pause))
+        .route(routes::GC, get(crate::gc::status))
+        .route(routes::GC_RUN, post(crate::gc::run))
+        .route(routes::CLUSTER_INIT, post(cluster_init))
+        .route(routes::CLUSTER_JOIN, post(cluster_join))
+        .route(routes::CLUSTER_STATUS, get(cluster_status))
+        .route(routes::CLUSTER_TOKEN, get(cluster_token))
+        .route(routes::CLUSTER_DRAIN, post(cluster_drain))
+        .route(routes::CLUSTER_REMOVE, post(cluster_remove))
+        .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(App {
             target,
             local,
@@ -301,25 +202,23 @@ fn authorized(app: &App, headers: &HeaderMap) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn status(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> Result<Json<NodeStatus>, (StatusCode, String)> {
+async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeStatus>, Failure> {
     app.check(&headers)?;
     let store = app.store()?;
-    let s: StoreStatus = store
-        .status()
-        .await
-        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")))?;
+    let s: StoreStatus = store.status().await?;
     // A single node's drives are its own datapathd's: ask it what they are too. A
     // cluster member lists every drive of the cluster by cluster-wide id, through
     // the fabric, with state and space only.
     let reports = match &app.target {
-        Target::Single(_) => app.local.drives().await.map_err(|(_, e)| e),
+        Target::Single(_) => app
+            .local
+            .drives()
+            .await
+            .map_err(|f| f.message().to_string()),
         Target::Cluster(_) => store
             .drive_reports()
             .await
-            .map(|r| r.into_iter().map(DriveStatus::from).collect())
+            .map(|r| r.into_iter().map(drive_status).collect())
             .map_err(|e| e.to_string()),
     };
     // A single node counts its objects short of protection here (a member's
@@ -339,7 +238,7 @@ async fn status(
                     cairn_objects::FragmentState::Good
                 }
             };
-            Some(store.protection(&gone).map_err(internal)?)
+            Some(store.protection(&gone)?)
         }
         _ => None,
     };
@@ -411,24 +310,8 @@ async fn drives(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeD
     }))
 }
 
-/// `POST /v1/cluster/init`.
-#[derive(Debug, Deserialize)]
-pub struct InitRequest {
-    pub cluster_id: Option<String>,
-    /// `K+M`, default 4+2.
-    pub ec: Option<String>,
-    pub replicas: Option<u8>,
-}
-
-/// A join token, as `init` and `token` return it.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct TokenReply {
-    pub cluster_id: String,
-    pub token: String,
-}
-
 fn parse_ec(s: &str) -> Result<(u8, u8), Failure> {
-    let bad = || fail(StatusCode::BAD_REQUEST, format!("{s:?} is not K+M"));
+    let bad = || Failure::new(ErrorKind::Invalid, format!("{s:?} is not K+M"));
     let (k, m) = s.split_once('+').ok_or_else(bad)?;
     let k: u8 = k.trim().parse().map_err(|_| bad())?;
     let m: u8 = m.trim().parse().map_err(|_| bad())?;
@@ -438,17 +321,25 @@ fn parse_ec(s: &str) -> Result<(u8, u8), Failure> {
     Ok((k, m))
 }
 
+/// A route's JSON body, read after the token is checked (so a caller without it
+/// learns nothing about the body).
+type Body<T> = Result<Json<T>, JsonRejection>;
+
 async fn cluster_init(
     State(app): State<App>,
     headers: HeaderMap,
-    Json(req): Json<InitRequest>,
+    body: Body<InitRequest>,
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
+    let Json(req) = body?;
     let node = app.cluster()?;
     let (k, m) = parse_ec(req.ec.as_deref().unwrap_or("4+2"))?;
     let replicas = req.replicas.unwrap_or(3);
     if replicas == 0 {
-        return Err(fail(StatusCode::BAD_REQUEST, "replicas must be at least 1"));
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            "replicas must be at least 1",
+        ));
     }
     let id = req
         .cluster_id
@@ -456,47 +347,34 @@ async fn cluster_init(
     let token = node
         .cluster
         .init(&id, cairn_cluster::Protection { k, m, replicas })
-        .await
-        .map_err(|e| fail(StatusCode::CONFLICT, e))?;
+        .await?;
     Ok(Json(TokenReply {
         cluster_id: id,
         token,
     }))
 }
 
-/// `POST /v1/cluster/join`.
-#[derive(Debug, Deserialize)]
-pub struct JoinRequest {
-    /// The internal address of any member.
-    pub seed: String,
-    pub token: String,
-}
-
 async fn cluster_join(
     State(app): State<App>,
     headers: HeaderMap,
-    Json(req): Json<JoinRequest>,
+    body: Body<JoinRequest>,
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
+    let Json(req) = body?;
     let node = app.cluster()?;
     if node.cluster.is_member() {
-        return Err(fail(
-            StatusCode::CONFLICT,
+        return Err(Failure::new(
+            ErrorKind::Conflict,
             format!(
                 "already a member of cluster {}",
                 node.cluster.map().cluster_id
             ),
         ));
     }
-    let cluster_id = node
-        .cluster
-        .request_join(&req.seed, &req.token)
-        .await
-        .map_err(|e| fail(StatusCode::BAD_GATEWAY, e))?;
+    let cluster_id = node.cluster.request_join(&req.seed, &req.token).await?;
     node.cluster
         .wait_member(std::time::Duration::from_secs(60))
-        .await
-        .map_err(|e| fail(StatusCode::GATEWAY_TIMEOUT, e))?;
+        .await?;
     Ok(Json(TokenReply {
         cluster_id,
         token: req.token,
@@ -509,10 +387,7 @@ async fn cluster_status(
 ) -> Result<Json<ClusterStatus>, Failure> {
     app.check(&headers)?;
     let node = app.cluster()?;
-    node.status()
-        .await
-        .map(Json)
-        .map_err(|e| fail(StatusCode::SERVICE_UNAVAILABLE, e))
+    Ok(Json(node.status().await?))
 }
 
 async fn cluster_token(
@@ -521,51 +396,35 @@ async fn cluster_token(
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
     let node = app.cluster()?;
-    let token = node
-        .cluster
-        .token()
-        .map_err(|e| fail(StatusCode::CONFLICT, e))?;
+    let token = node.cluster.token()?;
     Ok(Json(TokenReply {
         cluster_id: node.cluster.map().cluster_id.clone(),
         token,
     }))
 }
 
-/// `POST /v1/cluster/drain` and `/remove`.
-#[derive(Debug, Deserialize)]
-pub struct NodeRequest {
-    /// Node id (hex, or a unique prefix).
-    pub node: String,
-    #[serde(default)]
-    pub force: bool,
-}
-
+/// Answers the map epoch that drains the node.
 async fn cluster_drain(
     State(app): State<App>,
     headers: HeaderMap,
-    Json(req): Json<NodeRequest>,
+    body: Body<NodeRequest>,
 ) -> Result<Json<u64>, Failure> {
     app.check(&headers)?;
+    let Json(req) = body?;
     let node = app.cluster()?;
-    let id =
-        resolve_node(&node.cluster.map(), &req.node).map_err(|e| fail(StatusCode::NOT_FOUND, e))?;
-    node.drain(id)
-        .await
-        .map(Json)
-        .map_err(|e| fail(StatusCode::CONFLICT, e))
+    let id = resolve_node(&node.cluster.map(), &req.node)?;
+    Ok(Json(node.drain(id).await?))
 }
 
 async fn cluster_remove(
     State(app): State<App>,
     headers: HeaderMap,
-    Json(req): Json<NodeRequest>,
+    body: Body<NodeRequest>,
 ) -> Result<Json<bool>, Failure> {
     app.check(&headers)?;
+    let Json(req) = body?;
     let node = app.cluster()?;
-    let id =
-        resolve_node(&node.cluster.map(), &req.node).map_err(|e| fail(StatusCode::NOT_FOUND, e))?;
-    node.remove(id, req.force)
-        .await
-        .map(|()| Json(true))
-        .map_err(|e| fail(StatusCode::CONFLICT, e))
+    let id = resolve_node(&node.cluster.map(), &req.node)?;
+    node.remove(id, req.force).await?;
+    Ok(Json(true))
 }

@@ -3,9 +3,12 @@
 //! `nodectl cluster ...` calls.
 
 use crate::MgmtError;
+use cairn_adminapi::{ClusterStatus, NodeView, ProtectionReport, RepairView};
 use cairn_chunkproto::ChunkClient;
-use cairn_cluster::{Cluster, ClusterMap, MapChange, NodeId, NodeState, Protection, RaftStatus};
-use cairn_objects::{FragmentState, ObjectStore, ProtectionReport, Route};
+use cairn_cluster::{
+    Cluster, ClusterError, ClusterMap, MapChange, NodeId, NodeState, Protection, RaftStatus,
+};
+use cairn_objects::{FragmentState, ObjectStore, Route};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -93,64 +96,6 @@ impl RepairStats {
             (None, "waiting")
         }
     }
-}
-
-/// One node in `cluster status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NodeView {
-    pub id: String,
-    pub state: String,
-    pub draining: bool,
-    pub voter: bool,
-    pub leader: bool,
-    pub s3: String,
-    pub internal: String,
-    pub domain: String,
-    pub drives: usize,
-    pub since_ms: i64,
-}
-
-/// `nodectl cluster status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClusterStatus {
-    pub cluster_id: String,
-    pub epoch: u64,
-    pub this_node: String,
-    pub leader: Option<String>,
-    pub term: u64,
-    pub protection: String,
-    pub nodes: Vec<NodeView>,
-    pub objects: ProtectionReportView,
-    /// Every object has every fragment: nothing degraded or lost.
-    pub fully_protected: bool,
-    pub repair: RepairView,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct ProtectionReportView {
-    pub total: u64,
-    pub protected: u64,
-    pub degraded: u64,
-    pub lost: u64,
-    pub fragments_missing: u64,
-    pub bytes_missing: u64,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct RepairView {
-    /// This node's share, since it started.
-    pub rebuilt_fragments: u64,
-    pub rebuilt_bytes: u64,
-    pub rate_mib_s: f64,
-    /// Bytes still to rebuild, cluster-wide, divided by how fast they fell over the
-    /// last 30 s; none while nothing falls.
-    pub eta_seconds: Option<f64>,
-    /// `idle` (nothing missing), `repairing` (bytes missing fall: see the ETA),
-    /// `waiting` (they did not fall in the last 30 s: fragments on nodes down within
-    /// their repair grace, or no drive can take them), `measuring` (too little
-    /// history yet: ask again in a few seconds).
-    #[serde(default)]
-    pub state: String,
 }
 
 pub(crate) fn id_hex(id: NodeId) -> String {
@@ -398,14 +343,7 @@ impl ClusterNode {
                 })
                 .collect(),
             fully_protected: report.degraded == 0 && report.lost == 0,
-            objects: ProtectionReportView {
-                total: report.objects,
-                protected: report.protected,
-                degraded: report.degraded,
-                lost: report.lost,
-                fragments_missing: report.fragments_missing,
-                bytes_missing: report.bytes_missing,
-            },
+            objects: report.into(),
             repair: RepairView {
                 rebuilt_fragments: repair.rebuilt_fragments,
                 rebuilt_bytes: repair.rebuilt_bytes,
@@ -417,11 +355,8 @@ impl ClusterNode {
     }
 
     /// Drains a node: it takes no new data, and repair moves its fragments.
-    pub async fn drain(&self, node: NodeId) -> Result<u64, MgmtError> {
-        self.cluster
-            .propose_map(MapChange::Drain { node })
-            .await
-            .map_err(|e| MgmtError::Config(e.to_string()))
+    pub async fn drain(&self, node: NodeId) -> Result<u64, ClusterError> {
+        self.cluster.propose_map(MapChange::Drain { node }).await
     }
 
     /// Removes a node. Refused while any manifest still names one of its drives,
@@ -431,24 +366,21 @@ impl ClusterNode {
         let n = map
             .nodes
             .get(&node)
-            .ok_or_else(|| MgmtError::Config(format!("no node {}", id_hex(node))))?;
+            .ok_or_else(|| MgmtError::NoSuchNode(id_hex(node)))?;
         if !force {
             if let Some(store) = self.store.get() {
                 let _ = store.sync().await;
                 let theirs: Vec<u16> = n.drives.iter().map(|d| d.id).collect();
                 let held = store.fragments_on(&theirs)?;
                 if held > 0 {
-                    return Err(MgmtError::Config(format!(
-                        "node {} still holds {held} fragments: drain it first (or --force)",
-                        id_hex(node)
-                    )));
+                    return Err(MgmtError::NodeHoldsFragments {
+                        node: id_hex(node),
+                        held,
+                    });
                 }
             }
         }
-        self.cluster
-            .remove_node(node)
-            .await
-            .map_err(|e| MgmtError::Config(e.to_string()))
+        Ok(self.cluster.remove_node(node).await?)
     }
 }
 
@@ -463,8 +395,8 @@ pub fn resolve_node(map: &ClusterMap, s: &str) -> Result<NodeId, MgmtError> {
         .collect();
     match hits.as_slice() {
         [one] => Ok(*one),
-        [] => Err(MgmtError::Config(format!("no node {s}"))),
-        _ => Err(MgmtError::Config(format!("{s} matches several nodes"))),
+        [] => Err(MgmtError::NoSuchNode(s)),
+        _ => Err(MgmtError::AmbiguousNode(s)),
     }
 }
 

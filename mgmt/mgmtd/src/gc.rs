@@ -3,10 +3,11 @@
 //! `?dry_run=true` it only reports what it would delete).
 
 use crate::admin::{App, Failure};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use cairn_objects::GcStatus;
+use cairn_adminapi::{GcRunQuery, GcStatus};
 
 /// `GET /v1/gc`.
 pub(crate) async fn status(
@@ -14,15 +15,7 @@ pub(crate) async fn status(
     headers: HeaderMap,
 ) -> Result<Json<GcStatus>, Failure> {
     app.check(&headers)?;
-    Ok(Json(
-        app.store()?.gc_status().map_err(crate::admin::internal)?,
-    ))
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-pub(crate) struct RunRequest {
-    #[serde(default)]
-    dry_run: bool,
+    Ok(Json(app.store()?.gc_status()?))
 }
 
 /// `POST /v1/gc/run`: starts a round (queued behind one already running) and
@@ -30,11 +23,12 @@ pub(crate) struct RunRequest {
 pub(crate) async fn run(
     State(app): State<App>,
     headers: HeaderMap,
-    Query(req): Query<RunRequest>,
+    query: Result<Query<GcRunQuery>, QueryRejection>,
 ) -> Result<Json<GcStatus>, Failure> {
     app.check(&headers)?;
+    let Query(req) = query?;
     let store = app.store()?;
-    let before = store.gc_status().map_err(crate::admin::internal)?;
+    let before = store.gc_status()?;
     let bg = store.clone();
     tokio::spawn(async move {
         if let Err(e) = bg.gc_round(req.dry_run).await {

@@ -3,24 +3,22 @@
 //! Owns the wiring: it opens the metadata store, connects to the node's datapathd,
 //! collects orphans left by crashes, and serves the S3 front end and the admin API
 //! (which `nodectl` uses). It owns no policy of its own: protection, placement and
-//! repair live in `cairn-objects`, the S3 protocol in `cairn-s3`.
+//! repair live in `cairn-objects`, the S3 protocol in `cairn-s3`, the admin API's
+//! routes and wire types in `cairn-adminapi` (the handlers here serialize exactly
+//! those), the node's secrets in `cairn-credentials`.
 
 mod admin;
 mod cluster;
-mod credentials;
 #[cfg(feature = "failpoints")]
 mod failpoints;
+mod failure;
 mod gc;
 mod resp;
 mod scrub;
 
-pub use admin::{DriveStatus, NodeDrives, NodeStatus};
-pub use cairn_objects::{GcRound, GcStatus, ScrubPass, ScrubState, ScrubStatus};
-pub use cluster::{ClusterOpts, ClusterStatus, NodeView};
-pub use credentials::{
-    load_or_create_admin_token, read_admin_token, Origin, RootCredentials, ENV_ACCESS_KEY,
-    ENV_SECRET_KEY,
-};
+pub use cluster::ClusterOpts;
+
+use cairn_credentials::{load_or_create_admin_token, CredentialError, RootCredentials};
 
 use cairn_chunkproto::ChunkClient;
 use cairn_meta::MetaStore;
@@ -51,6 +49,17 @@ pub enum MgmtError {
         secs: u64,
         why: String,
     },
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    #[error(transparent)]
+    Cluster(#[from] cairn_cluster::ClusterError),
+    /// A node id (or prefix) that names no node of the map.
+    #[error("no node {0}")]
+    NoSuchNode(String),
+    #[error("{0} matches several nodes")]
+    AmbiguousNode(String),
+    #[error("node {node} still holds {held} fragments: drain it first (or --force)")]
+    NodeHoldsFragments { node: String, held: u64 },
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MgmtError {

@@ -6,7 +6,8 @@ use crate::admin::{App, Failure};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use cairn_objects::{ObjectStore, ScrubPass, ScrubStatus};
+use cairn_adminapi::{ScrubPass, ScrubStatus};
+use cairn_objects::ObjectStore;
 use std::path::Path;
 use std::sync::Arc;
 

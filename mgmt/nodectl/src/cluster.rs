@@ -1,9 +1,8 @@
 //! `nodectl cluster ...` and `nodectl node drain|remove`: cluster membership
 //! through a node's admin API.
 
-use crate::admin::AdminApi;
 use crate::NodectlError;
-use cairn_mgmtd::ClusterStatus;
+use cairn_adminapi::{AdminClient, ClusterStatus, InitRequest, JoinRequest, NodeRequest};
 use std::path::PathBuf;
 
 /// Which node's admin API a command talks to: a node started by `nodectl dev up`
@@ -26,17 +25,9 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn api(&self) -> Result<AdminApi, NodectlError> {
+    pub fn api(&self) -> Result<AdminClient, NodectlError> {
         match &self.admin {
-            Some(addr) => {
-                let token = std::fs::read_to_string(&self.token_file).map_err(crate::io_err(
-                    format!("read admin token {}", self.token_file.display()),
-                ))?;
-                Ok(AdminApi {
-                    addr: addr.clone(),
-                    token: token.trim().to_string(),
-                })
-            }
+            Some(addr) => Ok(AdminClient::from_token_file(addr, &self.token_file)?),
             None => crate::admin::of_dev(&self.data, self.node),
         }
     }
@@ -48,45 +39,40 @@ pub async fn init(
     replicas: Option<u8>,
     id: Option<String>,
 ) -> Result<(), NodectlError> {
-    let r: serde_json::Value = t
+    let r = t
         .api()?
-        .post(
-            "/v1/cluster/init",
-            &serde_json::json!({ "ec": ec, "replicas": replicas, "cluster_id": id }),
-        )
+        .cluster_init(&InitRequest {
+            cluster_id: id,
+            ec,
+            replicas,
+        })
         .await?;
     println!(
         "cluster {} created\njoin token: {}\n\nOn each other node:\n  nodectl cluster join <THIS NODE'S INTERNAL ADDRESS> --token {}",
-        r["cluster_id"].as_str().unwrap_or_default(),
-        r["token"].as_str().unwrap_or_default(),
-        r["token"].as_str().unwrap_or_default()
+        r.cluster_id, r.token, r.token
     );
     Ok(())
 }
 
 pub async fn join(t: &Target, seed: &str, token: &str) -> Result<(), NodectlError> {
-    let r: serde_json::Value = t
+    let r = t
         .api()?
-        .post(
-            "/v1/cluster/join",
-            &serde_json::json!({ "seed": seed, "token": token }),
-        )
+        .cluster_join(&JoinRequest {
+            seed: seed.to_string(),
+            token: token.to_string(),
+        })
         .await?;
-    println!(
-        "joined cluster {}",
-        r["cluster_id"].as_str().unwrap_or_default()
-    );
+    println!("joined cluster {}", r.cluster_id);
     Ok(())
 }
 
 pub async fn token(t: &Target) -> Result<(), NodectlError> {
-    let r: serde_json::Value = t.api()?.get("/v1/cluster/token").await?;
-    println!("{}", r["token"].as_str().unwrap_or_default());
+    println!("{}", t.api()?.cluster_token().await?.token);
     Ok(())
 }
 
 pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
-    let s: ClusterStatus = t.api()?.get("/v1/cluster/status").await?;
+    let s: ClusterStatus = t.api()?.cluster_status().await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&s).unwrap_or_default());
         return Ok(());
@@ -152,21 +138,23 @@ pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
 }
 
 pub async fn drain(t: &Target, node: &str) -> Result<(), NodectlError> {
-    let epoch: u64 = t
+    let epoch = t
         .api()?
-        .post("/v1/cluster/drain", &serde_json::json!({ "node": node }))
+        .cluster_drain(&NodeRequest {
+            node: node.to_string(),
+            force: false,
+        })
         .await?;
     println!("node {node} draining (map epoch {epoch}); repair moves its fragments");
     Ok(())
 }
 
 pub async fn remove(t: &Target, node: &str, force: bool) -> Result<(), NodectlError> {
-    let _: bool = t
-        .api()?
-        .post(
-            "/v1/cluster/remove",
-            &serde_json::json!({ "node": node, "force": force }),
-        )
+    t.api()?
+        .cluster_remove(&NodeRequest {
+            node: node.to_string(),
+            force,
+        })
         .await?;
     println!("node {node} removed");
     Ok(())

@@ -14,7 +14,7 @@
 
 use crate::supervisor::{self, locate, Daemon, Node};
 use crate::{io_err, NodectlError};
-use cairn_mgmtd::{Origin, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+use cairn_credentials::{Origin, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};

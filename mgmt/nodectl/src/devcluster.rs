@@ -13,10 +13,10 @@
 //! The supervisor restarts a daemon that dies unless its node was stopped with
 //! `nodectl dev stop`, which is how users try failures by hand.
 
-use crate::admin::AdminApi;
 use crate::supervisor::{self, kill, locate, Daemon, Node};
 use crate::{io_err, NodectlError};
-use cairn_mgmtd::{ClusterStatus, RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
+use cairn_adminapi::{AdminClient, ClusterStatus, InitRequest, JoinRequest};
+use cairn_credentials::{RootCredentials, ENV_ACCESS_KEY, ENV_SECRET_KEY};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -157,11 +157,11 @@ fn node_addr(node: &Node, port: u16) -> String {
     format!("{}:{port}", node.ip)
 }
 
-fn admin(node: &Node) -> Result<AdminApi, NodectlError> {
-    Ok(AdminApi {
-        addr: node_addr(node, 9001),
-        token: cairn_mgmtd::read_admin_token(&node.dir.join("state"))?,
-    })
+fn admin(node: &Node) -> Result<AdminClient, NodectlError> {
+    Ok(AdminClient::for_state_dir(
+        &node_addr(node, 9001),
+        &node.dir.join("state"),
+    )?)
 }
 
 fn view(node: &Node) -> DevNode {
@@ -355,39 +355,34 @@ async fn form(nodes: &[Node], args: &ClusterArgs) -> Result<String, NodectlError
         .iter()
         .find(|n| !n.stopped_marker().exists())
         .ok_or_else(|| NodectlError::Usage("every node is stopped".into()))?;
-    let status: ClusterStatus = admin(first)?.get("/v1/cluster/status").await?;
+    let status: ClusterStatus = admin(first)?.cluster_status().await?;
     let (cluster_id, token) = if status.cluster_id.is_empty() {
         let ec = args.ec.clone().unwrap_or_else(|| default_ec(args.nodes));
-        let r: serde_json::Value = admin(first)?
-            .post(
-                "/v1/cluster/init",
-                &serde_json::json!({ "ec": ec, "replicas": args.replicas }),
-            )
+        let r = admin(first)?
+            .cluster_init(&InitRequest {
+                cluster_id: None,
+                ec: Some(ec),
+                replicas: Some(args.replicas),
+            })
             .await?;
-        (
-            r["cluster_id"].as_str().unwrap_or_default().to_string(),
-            r["token"].as_str().unwrap_or_default().to_string(),
-        )
+        (r.cluster_id, r.token)
     } else {
-        let r: serde_json::Value = admin(first)?.get("/v1/cluster/token").await?;
-        (
-            status.cluster_id.clone(),
-            r["token"].as_str().unwrap_or_default().to_string(),
-        )
+        let r = admin(first)?.cluster_token().await?;
+        (status.cluster_id.clone(), r.token)
     };
     for n in nodes {
         if n.n == first.n || n.stopped_marker().exists() {
             continue;
         }
-        let s: ClusterStatus = admin(n)?.get("/v1/cluster/status").await?;
+        let s: ClusterStatus = admin(n)?.cluster_status().await?;
         if !s.cluster_id.is_empty() {
             continue;
         }
-        let _: serde_json::Value = admin(n)?
-            .post(
-                "/v1/cluster/join",
-                &serde_json::json!({ "seed": format!("{}:9002", first.ip), "token": token }),
-            )
+        admin(n)?
+            .cluster_join(&JoinRequest {
+                seed: format!("{}:9002", first.ip),
+                token: token.clone(),
+            })
             .await?;
     }
     Ok(cluster_id)
@@ -398,7 +393,7 @@ async fn rejoin_node(nodes: &[Node], n: u16) -> Result<(), NodectlError> {
     let Some(node) = nodes.iter().find(|x| x.n == n) else {
         return Ok(());
     };
-    let s: ClusterStatus = admin(node)?.get("/v1/cluster/status").await?;
+    let s: ClusterStatus = admin(node)?.cluster_status().await?;
     if !s.cluster_id.is_empty() {
         return Ok(());
     }
@@ -407,20 +402,21 @@ async fn rejoin_node(nodes: &[Node], n: u16) -> Result<(), NodectlError> {
         .filter(|x| x.n != n && !x.stopped_marker().exists())
     {
         let Ok(api) = admin(seed) else { continue };
-        let Ok(t) = api.get::<serde_json::Value>("/v1/cluster/token").await else {
+        let Ok(t) = api.cluster_token().await else {
             continue;
         };
-        let token = t["token"].as_str().unwrap_or_default().to_string();
-        let _: serde_json::Value = admin(node)?
-            .post(
-                "/v1/cluster/join",
-                &serde_json::json!({ "seed": format!("{}:9002", seed.ip), "token": token }),
-            )
+        admin(node)?
+            .cluster_join(&JoinRequest {
+                seed: format!("{}:9002", seed.ip),
+                token: t.token,
+            })
             .await?;
         eprintln!("nodectl: node {n} joined the cluster again as {}", node.id);
         return Ok(());
     }
-    Err(NodectlError::Admin("no member answered".into()))
+    Err(NodectlError::Daemon(format!(
+        "node {n} could not rejoin: no member answered for a join token"
+    )))
 }
 
 fn write_state(
@@ -552,17 +548,17 @@ pub fn start(data: &Path, node: u16) -> Result<(), NodectlError> {
 }
 
 /// The admin API of a local cluster's node.
-pub fn admin_of(data: &Path, node: u16) -> Result<AdminApi, NodectlError> {
+pub fn admin_of(data: &Path, node: u16) -> Result<AdminClient, NodectlError> {
     let s = read_state(data)?;
     let n = s
         .nodes
         .iter()
         .find(|n| n.node == node)
         .ok_or_else(|| NodectlError::Usage(format!("no node {node}")))?;
-    Ok(AdminApi {
-        addr: n.admin.clone(),
-        token: cairn_mgmtd::read_admin_token(&Path::new(&n.dir).join("state"))?,
-    })
+    Ok(AdminClient::for_state_dir(
+        &n.admin,
+        &Path::new(&n.dir).join("state"),
+    )?)
 }
 
 /// `nodectl dev partition A,B,...`: cuts every link between the listed nodes and

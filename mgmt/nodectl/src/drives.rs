@@ -5,10 +5,10 @@
 use crate::cluster::Target;
 use crate::status::human;
 use crate::NodectlError;
-use cairn_mgmtd::{DriveStatus, NodeDrives};
+use cairn_adminapi::{DriveStatus, NodeDrives};
 
 pub async fn show(target: &Target, json: bool) -> Result<(), NodectlError> {
-    let d: NodeDrives = target.api()?.get("/v1/drives").await?;
+    let d: NodeDrives = target.api()?.drives().await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&d).unwrap_or_default());
         return Ok(());

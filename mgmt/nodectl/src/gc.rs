@@ -4,11 +4,11 @@
 use crate::cluster::Target;
 use crate::scrub::{duration, when};
 use crate::NodectlError;
-use cairn_mgmtd::{GcRound, GcStatus};
+use cairn_adminapi::{GcRound, GcRunQuery, GcStatus};
 use std::time::Duration;
 
 pub async fn status(target: &Target, json: bool) -> Result<(), NodectlError> {
-    let s: GcStatus = target.api()?.get("/v1/gc").await?;
+    let s: GcStatus = target.api()?.gc_status().await?;
     print_status(&s, json);
     Ok(())
 }
@@ -16,12 +16,10 @@ pub async fn status(target: &Target, json: bool) -> Result<(), NodectlError> {
 /// Runs a round now and waits for it; fails if the round did not complete.
 pub async fn run(target: &Target, dry_run: bool, json: bool) -> Result<(), NodectlError> {
     let api = target.api()?;
-    let before: GcStatus = api
-        .post(&format!("/v1/gc/run?dry_run={dry_run}"), &())
-        .await?;
+    let before: GcStatus = api.gc_run(GcRunQuery { dry_run }).await?;
     let done = loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let s: GcStatus = api.get("/v1/gc").await?;
+        let s: GcStatus = api.gc_status().await?;
         // The round asked for has ended once a round started after the request
         // has (one already running when asked counts too: they queue).
         if s.rounds > before.rounds + u64::from(before.running) && !s.running {

@@ -26,11 +26,12 @@ pub enum NodectlError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Mgmt(#[from] cairn_mgmtd::MgmtError),
+    Credentials(#[from] cairn_credentials::CredentialError),
     #[error("{0}")]
     Daemon(String),
+    /// A node's admin API failed; the error says whether asking again may help.
     #[error("admin API: {0}")]
-    Admin(String),
+    Admin(#[from] cairn_adminapi::AdminError),
     #[error(transparent)]
     Slots(#[from] cairn_slots::SlotError),
 }

@@ -4,11 +4,11 @@
 use crate::cluster::Target;
 use crate::status::human;
 use crate::NodectlError;
-use cairn_mgmtd::{ScrubPass, ScrubState, ScrubStatus};
+use cairn_adminapi::{ScrubPass, ScrubState, ScrubStatus};
 use std::time::Duration;
 
 pub async fn status(target: &Target, json: bool) -> Result<(), NodectlError> {
-    let s: ScrubStatus = target.api()?.get("/v1/scrub").await?;
+    let s: ScrubStatus = target.api()?.scrub_status().await?;
     print_status(&s, json);
     Ok(())
 }
@@ -17,8 +17,8 @@ pub async fn status(target: &Target, json: bool) -> Result<(), NodectlError> {
 /// it left bad fragments it could not rebuild.
 pub async fn start(target: &Target, wait: bool, json: bool) -> Result<(), NodectlError> {
     let api = target.api()?;
-    let before: ScrubStatus = api.get("/v1/scrub").await?;
-    let s: ScrubStatus = api.post("/v1/scrub/start", &()).await?;
+    let before: ScrubStatus = api.scrub_status().await?;
+    let s: ScrubStatus = api.scrub_start().await?;
     if !wait {
         print_status(&s, json);
         return Ok(());
@@ -26,7 +26,7 @@ pub async fn start(target: &Target, wait: bool, json: bool) -> Result<(), Nodect
     let mut last_line = String::new();
     let done = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let s: ScrubStatus = api.get("/v1/scrub").await?;
+        let s: ScrubStatus = api.scrub_status().await?;
         if s.passes > before.passes && s.current.is_none() {
             break s;
         }
@@ -49,7 +49,7 @@ pub async fn start(target: &Target, wait: bool, json: bool) -> Result<(), Nodect
 }
 
 pub async fn pause(target: &Target, json: bool) -> Result<(), NodectlError> {
-    let s: ScrubStatus = target.api()?.post("/v1/scrub/pause", &()).await?;
+    let s: ScrubStatus = target.api()?.scrub_pause().await?;
     print_status(&s, json);
     Ok(())
 }

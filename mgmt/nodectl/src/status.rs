@@ -3,7 +3,7 @@
 
 use crate::dev::DevState;
 use crate::{io_err, NodectlError};
-use cairn_mgmtd::NodeStatus;
+use cairn_adminapi::{AdminClient, NodeStatus};
 use std::path::Path;
 
 pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
@@ -13,28 +13,11 @@ pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
         run.display(),
         data.display()
     )))?)
-    .map_err(|e| NodectlError::Admin(format!("{} is not valid: {e}", run.display())))?;
-    let token = cairn_mgmtd::read_admin_token(&data.join("state"))?;
-    let url = format!("http://{}/v1/status", state.admin);
-    let resp = reqwest::Client::new()
-        .get(&url)
-        .bearer_auth(token)
-        .timeout(std::time::Duration::from_secs(10))
-        .send()
-        .await
-        .map_err(|e| NodectlError::Admin(format!("{url}: {e} (is the node running?)")))?;
-    if !resp.status().is_success() {
-        let code = resp.status();
-        let body = resp.text().await.unwrap_or_default();
-        return Err(NodectlError::Admin(format!(
-            "{url}: {code}: {}",
-            body.trim()
-        )));
-    }
-    let status: NodeStatus = resp
-        .json()
-        .await
-        .map_err(|e| NodectlError::Admin(format!("{url}: bad response: {e}")))?;
+    .map_err(|e| NodectlError::Usage(format!("{} is not valid: {e}", run.display())))?;
+    let status: NodeStatus = AdminClient::for_state_dir(&state.admin, &data.join("state"))?
+        .with_timeout(std::time::Duration::from_secs(10))
+        .status()
+        .await?;
     if json {
         let mut v = serde_json::to_value(&status).unwrap_or_default();
         v["s3_endpoint"] = format!("http://{}", state.s3).into();

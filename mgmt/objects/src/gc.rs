@@ -25,6 +25,7 @@
 //! does not crowd out clients.
 
 use crate::{chunk_id, ObjectError, ObjectStore};
+use cairn_adminapi::{GcRound, GcStatus};
 use cairn_chunkproto::{ProtoError, Reply, Request};
 use cairn_meta::{Commit, Layout, MetaError, Mutation, Proposal, UNPLACED};
 use cairn_types::{ChunkId, ChunkVersion};
@@ -63,50 +64,6 @@ impl GcConfig {
     fn interval(&self) -> Duration {
         self.every.unwrap_or(Duration::from_secs(3600))
     }
-}
-
-/// What one round found and did.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct GcRound {
-    pub started_ms: i64,
-    pub finished_ms: i64,
-    /// Only looked: nothing deleted, the epoch not advanced.
-    pub dry_run: bool,
-    /// The epoch this round's metadata was at.
-    pub epoch: u64,
-    /// Chunks on this node's healthy drives.
-    pub listed: u64,
-    /// Of them, referenced by no manifest or part.
-    pub unreferenced: u64,
-    /// Unreferenced chunks seen long enough ago: deleted (or, in a dry run, that
-    /// would be).
-    pub deleted: u64,
-    /// Unreferenced chunks not yet old enough (seen first in a recent epoch).
-    pub waiting: u64,
-    /// Deletes that found the chunk written again since (kept) or gone.
-    pub kept: u64,
-    /// Drives skipped (failed or unreachable).
-    pub drives_skipped: u64,
-    /// Why the round stopped short (metadata unreachable, say), if it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// The collector's status for the admin API.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct GcStatus {
-    /// Seconds between rounds (0: on demand only).
-    pub every_secs: u64,
-    pub running: bool,
-    /// The epoch this node's metadata is at, and when it last advanced.
-    pub epoch: u64,
-    pub epoch_advanced_ms: i64,
-    /// Chunks remembered as unreferenced, waiting for the epoch to move on.
-    pub candidates: u64,
-    pub rounds: u64,
-    /// Chunks deleted by all rounds since the start.
-    pub deleted_total: u64,
-    pub last: Option<GcRound>,
 }
 
 #[derive(Clone, Copy)]

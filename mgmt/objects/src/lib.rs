@@ -11,6 +11,10 @@
 //! commit, then (in the background) deletion of what the commit freed. A crash at
 //! any point leaves either the old object or the new one, plus at worst orphan
 //! chunks that [`ObjectStore::collect_garbage`] removes at the next start.
+//!
+//! What it reports of its background work (the scrubber's status, the collector's
+//! rounds, protection counts) is in the admin API's own types (`cairn-adminapi`),
+//! so mgmtd serves them as they are.
 
 mod commit;
 mod fabric;
@@ -24,11 +28,11 @@ mod scrub;
 mod write;
 
 pub use fabric::{Fabric, Route};
-pub use gc::{GcConfig, GcRound, GcStatus};
+pub use gc::GcConfig;
 pub use health::DriveHealth;
 pub use placement::{place, Candidates};
-pub use repair::{repairer, FragmentState, ProtectionReport, RepairPass};
-pub use scrub::{ScrubConfig, ScrubPass, ScrubState, ScrubStatus, Scrubber};
+pub use repair::{repairer, FragmentState, RepairPass};
+pub use scrub::{ScrubConfig, Scrubber};
 
 use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};

@@ -16,9 +16,10 @@
 use crate::read::check_fragment;
 use crate::{chunk_id, Candidates, ObjectError, ObjectStore};
 use bytes::Bytes;
+use cairn_adminapi::ProtectionReport;
 use cairn_chunkproto::{Reply, Request};
 use cairn_meta::{matches_sum, FragmentMove, Layout, Mutation, ObjectRecord, Stripe, UNPLACED};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
@@ -33,22 +34,6 @@ pub enum FragmentState {
     /// To be rebuilt elsewhere now (drive failed, node down past the grace period,
     /// node draining, or never placed).
     Lost,
-}
-
-/// Counts over every object.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ProtectionReport {
-    pub objects: u64,
-    /// Every fragment or copy present.
-    pub protected: u64,
-    /// Readable, but with fragments missing.
-    pub degraded: u64,
-    /// Not readable: fewer than k fragments (or no copy) left.
-    pub lost: u64,
-    /// Fragments (or copies) missing in all.
-    pub fragments_missing: u64,
-    /// Bytes those fragments hold.
-    pub bytes_missing: u64,
 }
 
 /// What a repair pass did.

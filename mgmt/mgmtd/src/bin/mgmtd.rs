@@ -1,6 +1,7 @@
 //! mgmtd: the management daemon of a Cairn node. Argument parsing and wiring only.
 
-use cairn_mgmtd::{Config, RootCredentials};
+use cairn_credentials::RootCredentials;
+use cairn_mgmtd::Config;
 use cairn_objects::StoreConfig;
 use clap::Parser;
 use std::net::SocketAddr;

@@ -19,6 +19,7 @@ use crate::read::check_fragment;
 use crate::repair::FragmentState;
 use crate::{chunk_id, ObjectError, ObjectStore};
 use bytes::Bytes;
+use cairn_adminapi::{ScrubPass, ScrubState};
 use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
 use cairn_meta::{matches_sum, Layout, ObjectRecord};
 use cairn_types::ChunkId;
@@ -29,7 +30,7 @@ use tokio::sync::watch;
 
 mod control;
 use control::Control;
-pub use control::{ScrubConfig, ScrubPass, ScrubState, ScrubStatus, Scrubber};
+pub use control::{ScrubConfig, Scrubber};
 
 /// How often the drives' damage-at-open reports are looked at (a datapathd that
 /// restarted on its own may have found damage).

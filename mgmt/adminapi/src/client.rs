@@ -1,0 +1,439 @@
+//! The typed client: one method per route, each answering the route's type or an
+//! [`AdminError`] that says what kind of failure it was.
+
+use crate::{
+    routes, ClusterStatus, ErrorBody, ErrorKind, GcRunQuery, GcStatus, InitRequest, JoinRequest,
+    NodeDrives, NodeRequest, NodeStatus, ScrubStatus, TokenReply,
+};
+use cairn_credentials::CredentialError;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a call may take unless [`AdminClient::with_timeout`] says otherwise:
+/// a join waits up to a minute for the map that lists the new member.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why a call failed. Answers the server gave carry its [`ErrorBody`] as their
+/// source; the rest carry the underlying error.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The admin token could not be read.
+    #[error("{source}")]
+    Token {
+        #[source]
+        source: CredentialError,
+    },
+    /// 401 or 403: the token is missing or wrong, or the route is not the
+    /// caller's.
+    #[error("{url}: {status}: {source}")]
+    Unauthorized {
+        url: String,
+        status: StatusCode,
+        #[source]
+        source: ErrorBody,
+    },
+    /// 404: no such node (or no such route: an older mgmtd).
+    #[error("{url}: {status}: {source}")]
+    NotFound {
+        url: String,
+        status: StatusCode,
+        #[source]
+        source: ErrorBody,
+    },
+    /// 400 or 409: the request is wrong, or refused in the node's present state.
+    /// Asking again the same way fails the same way.
+    #[error("{url}: {status}: {source}")]
+    Rejected {
+        url: String,
+        status: StatusCode,
+        #[source]
+        source: ErrorBody,
+    },
+    /// 503 (or a gateway's 502, 504): not now; asking again later may succeed.
+    #[error("{url}: {status}: {source}")]
+    Unavailable {
+        url: String,
+        status: StatusCode,
+        #[source]
+        source: ErrorBody,
+    },
+    /// 500 or another status: the node failed; its log says more.
+    #[error("{url}: {status}: {source}")]
+    Server {
+        url: String,
+        status: StatusCode,
+        #[source]
+        source: ErrorBody,
+    },
+    /// No answer: the connection was refused or cut, or the call timed out.
+    #[error("{url}: {detail}")]
+    Transport {
+        url: String,
+        /// The error with its causes, on one line (the cause is often two levels
+        /// down: "connection refused").
+        detail: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// An answer that does not read as the route's reply.
+    #[error("{url}: bad response: {source}")]
+    Decode {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+}
+
+impl AdminError {
+    /// The server's word for what failed, when it answered.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            AdminError::Unauthorized { source, .. }
+            | AdminError::NotFound { source, .. }
+            | AdminError::Rejected { source, .. }
+            | AdminError::Unavailable { source, .. }
+            | AdminError::Server { source, .. } => Some(source.kind),
+            AdminError::Token { .. } | AdminError::Transport { .. } | AdminError::Decode { .. } => {
+                None
+            }
+        }
+    }
+
+    /// Asking again later may succeed: the node was unavailable or unreachable.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            AdminError::Unavailable { .. } | AdminError::Transport { .. }
+        )
+    }
+
+    /// A failed answer, classified by the body's kind.
+    fn answered(url: String, status: StatusCode, body: ErrorBody) -> AdminError {
+        let source = body;
+        match source.kind {
+            ErrorKind::Unauthorized | ErrorKind::Forbidden => AdminError::Unauthorized {
+                url,
+                status,
+                source,
+            },
+            ErrorKind::NotFound => AdminError::NotFound {
+                url,
+                status,
+                source,
+            },
+            ErrorKind::Invalid | ErrorKind::Conflict => AdminError::Rejected {
+                url,
+                status,
+                source,
+            },
+            ErrorKind::Unavailable => AdminError::Unavailable {
+                url,
+                status,
+                source,
+            },
+            ErrorKind::Internal => AdminError::Server {
+                url,
+                status,
+                source,
+            },
+        }
+    }
+}
+
+/// A node's admin API: where it is and the token it wants.
+#[derive(Clone)]
+pub struct AdminClient {
+    /// `http://host:port`, no trailing slash.
+    base: String,
+    token: String,
+    timeout: Duration,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for AdminClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AdminClient({}, <token>)", self.base)
+    }
+}
+
+impl AdminClient {
+    /// The admin API at `addr` (`host:port`, or an `http://` URL) with `token`.
+    pub fn new(addr: &str, token: impl Into<String>) -> AdminClient {
+        let addr = addr.trim().trim_end_matches('/');
+        let base = if addr.starts_with("http://") || addr.starts_with("https://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        AdminClient {
+            base,
+            token: token.into(),
+            timeout: DEFAULT_TIMEOUT,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// The admin API at `addr` with the token in `token_file`.
+    pub fn from_token_file(addr: &str, token_file: &Path) -> Result<AdminClient, AdminError> {
+        let token = cairn_credentials::read_token_file(token_file)
+            .map_err(|source| AdminError::Token { source })?;
+        Ok(AdminClient::new(addr, token))
+    }
+
+    /// The admin API at `addr` of the node whose state directory is `state_dir`
+    /// (its token is `state_dir/admin.token`).
+    pub fn for_state_dir(addr: &str, state_dir: &Path) -> Result<AdminClient, AdminError> {
+        let token = cairn_credentials::read_admin_token(state_dir)
+            .map_err(|source| AdminError::Token { source })?;
+        Ok(AdminClient::new(addr, token))
+    }
+
+    /// Each call gives up after `timeout` (default 90 s).
+    pub fn with_timeout(mut self, timeout: Duration) -> AdminClient {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `http://host:port`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /healthz`: mgmtd serves.
+    pub async fn healthz(&self) -> Result<(), AdminError> {
+        self.send(Method::GET, routes::HEALTHZ, |r| r)
+            .await
+            .map(drop)
+    }
+
+    /// `GET /v1/status`.
+    pub async fn status(&self) -> Result<NodeStatus, AdminError> {
+        self.call(Method::GET, routes::STATUS, |r| r).await
+    }
+
+    /// `GET /v1/drives`.
+    pub async fn drives(&self) -> Result<NodeDrives, AdminError> {
+        self.call(Method::GET, routes::DRIVES, |r| r).await
+    }
+
+    /// `GET /v1/scrub`.
+    pub async fn scrub_status(&self) -> Result<ScrubStatus, AdminError> {
+        self.call(Method::GET, routes::SCRUB, |r| r).await
+    }
+
+    /// `POST /v1/scrub/start`: a pass now, or the paused one resumed.
+    pub async fn scrub_start(&self) -> Result<ScrubStatus, AdminError> {
+        self.call(Method::POST, routes::SCRUB_START, |r| r).await
+    }
+
+    /// `POST /v1/scrub/pause`.
+    pub async fn scrub_pause(&self) -> Result<ScrubStatus, AdminError> {
+        self.call(Method::POST, routes::SCRUB_PAUSE, |r| r).await
+    }
+
+    /// `GET /v1/gc`.
+    pub async fn gc_status(&self) -> Result<GcStatus, AdminError> {
+        self.call(Method::GET, routes::GC, |r| r).await
+    }
+
+    /// `POST /v1/gc/run`: starts a round in the background; answers the status
+    /// from before it.
+    pub async fn gc_run(&self, query: GcRunQuery) -> Result<GcStatus, AdminError> {
+        self.call(Method::POST, routes::GC_RUN, |r| r.query(&query))
+            .await
+    }
+
+    /// `POST /v1/cluster/init`.
+    pub async fn cluster_init(&self, req: &InitRequest) -> Result<TokenReply, AdminError> {
+        self.call(Method::POST, routes::CLUSTER_INIT, |r| r.json(req))
+            .await
+    }
+
+    /// `POST /v1/cluster/join`: answers once this node is in the map.
+    pub async fn cluster_join(&self, req: &JoinRequest) -> Result<TokenReply, AdminError> {
+        self.call(Method::POST, routes::CLUSTER_JOIN, |r| r.json(req))
+            .await
+    }
+
+    /// `GET /v1/cluster/status`.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, AdminError> {
+        self.call(Method::GET, routes::CLUSTER_STATUS, |r| r).await
+    }
+
+    /// `GET /v1/cluster/token`.
+    pub async fn cluster_token(&self) -> Result<TokenReply, AdminError> {
+        self.call(Method::GET, routes::CLUSTER_TOKEN, |r| r).await
+    }
+
+    /// `POST /v1/cluster/drain`: the map epoch that drains the node.
+    pub async fn cluster_drain(&self, req: &NodeRequest) -> Result<u64, AdminError> {
+        self.call(Method::POST, routes::CLUSTER_DRAIN, |r| r.json(req))
+            .await
+    }
+
+    /// `POST /v1/cluster/remove`.
+    pub async fn cluster_remove(&self, req: &NodeRequest) -> Result<(), AdminError> {
+        let _: bool = self
+            .call(Method::POST, routes::CLUSTER_REMOVE, |r| r.json(req))
+            .await?;
+        Ok(())
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        route: &str,
+        build: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<T, AdminError> {
+        let (url, resp) = self.send(method, route, build).await?;
+        resp.json()
+            .await
+            .map_err(|source| AdminError::Decode { url, source })
+    }
+
+    /// Sends a request; a success answer is returned unread, any other is turned
+    /// into the error it stands for.
+    async fn send(
+        &self,
+        method: Method,
+        route: &str,
+        build: impl FnOnce(RequestBuilder) -> RequestBuilder,
+    ) -> Result<(String, reqwest::Response), AdminError> {
+        let url = format!("{}{route}", self.base);
+        let req = self
+            .http
+            .request(method, &url)
+            .bearer_auth(&self.token)
+            .timeout(self.timeout);
+        let resp = match build(req).send().await {
+            Ok(r) => r,
+            Err(source) => {
+                return Err(AdminError::Transport {
+                    detail: chain(&source),
+                    url,
+                    source,
+                })
+            }
+        };
+        let status = resp.status();
+        if status.is_success() {
+            return Ok((url, resp));
+        }
+        let raw = match resp.bytes().await {
+            Ok(b) => b,
+            Err(source) => {
+                return Err(AdminError::Transport {
+                    detail: chain(&source),
+                    url,
+                    source,
+                })
+            }
+        };
+        // Not this API's body (a proxy's, or a route mgmtd does not have):
+        // the status decides, the text is the message.
+        let body = serde_json::from_slice::<ErrorBody>(&raw).unwrap_or_else(|_| ErrorBody {
+            kind: ErrorKind::from_http_status(status.as_u16()),
+            message: String::from_utf8_lossy(&raw).trim().to_string(),
+        });
+        Err(AdminError::answered(url, status, body))
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that answers one request with `status` and `body`.
+    async fn answer_once(status: &'static str, ctype: &'static str, body: &'static str) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let resp = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn the_body_decides_the_kind_and_rides_as_the_source() {
+        let addr = answer_once(
+            "409 Conflict",
+            "application/json",
+            r#"{"kind":"conflict","message":"already a member of cluster c1"}"#,
+        )
+        .await;
+        let e = AdminClient::new(&addr, "t")
+            .cluster_token()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, AdminError::Rejected { .. }), "{e:?}");
+        assert_eq!(e.kind(), Some(ErrorKind::Conflict));
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("409 Conflict"), "{e}");
+        assert_eq!(
+            e.source().unwrap().to_string(),
+            "already a member of cluster c1"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_foreign_body_is_classified_by_its_status() {
+        let addr = answer_once("502 Bad Gateway", "text/plain", "upstream gone\n").await;
+        let e = AdminClient::new(&addr, "t").status().await.unwrap_err();
+        assert!(matches!(e, AdminError::Unavailable { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        assert!(e.to_string().ends_with("upstream gone"), "{e}");
+        let addr = answer_once("404 Not Found", "text/plain", "").await;
+        let e = AdminClient::new(&addr, "t").drives().await.unwrap_err();
+        assert!(matches!(e, AdminError::NotFound { .. }), "{e:?}");
+    }
+
+    #[tokio::test]
+    async fn no_answer_is_a_transport_failure_and_a_bad_one_a_decode_failure() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        drop(l);
+        let e = AdminClient::new(&addr, "t").gc_status().await.unwrap_err();
+        assert!(matches!(e, AdminError::Transport { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        assert!(e.source().is_some());
+        let addr = answer_once("200 OK", "application/json", r#"{"nope":1}"#).await;
+        let e = AdminClient::new(&addr, "t").gc_status().await.unwrap_err();
+        assert!(matches!(e, AdminError::Decode { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_missing_token_file_says_which() {
+        let e = AdminClient::from_token_file("127.0.0.1:1", Path::new("/nonexistent/admin.token"))
+            .unwrap_err();
+        assert!(matches!(e, AdminError::Token { .. }));
+        assert!(e.to_string().contains("/nonexistent/admin.token"), "{e}");
+        assert_eq!(
+            AdminClient::new("http://h:1/", "t").base_url(),
+            "http://h:1"
+        );
+        assert_eq!(AdminClient::new("h:1", "t").base_url(), "http://h:1");
+    }
+}

@@ -1,0 +1,76 @@
+//! mgmtd's admin API as a contract, shared by the server and its clients so the
+//! two cannot drift: the routes ([`routes`]), the bodies each route takes and
+//! answers (one type each, serialized by mgmtd's handlers and read by the client),
+//! the error body every failed route answers ([`ErrorBody`], [`ErrorKind`]), and
+//! with the `client` feature (on by default) a typed client, [`AdminClient`], that
+//! `nodectl` uses for every command that talks to a node.
+//!
+//! The API is HTTP/1.1 with JSON bodies; every route but `/healthz` needs the
+//! node's bearer token (`admin.token` in its state directory, see
+//! `cairn-credentials`).
+//!
+//! The crate is light so that every layer can name these types: the status types
+//! of the scrubber, the collector and protection are defined here and filled by
+//! cairn-objects directly. The workspace takes it with `default-features = false`;
+//! only the client pulls in an HTTP client.
+
+mod cluster;
+mod error;
+mod gc;
+mod node;
+mod protection;
+mod scrub;
+
+#[cfg(feature = "client")]
+mod client;
+
+pub use cluster::{
+    ClusterStatus, InitRequest, JoinRequest, NodeRequest, NodeView, RepairView, TokenReply,
+};
+pub use error::{ErrorBody, ErrorKind};
+pub use gc::{GcRound, GcRunQuery, GcStatus};
+pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
+pub use protection::{ProtectionReport, ProtectionReportView};
+pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
+
+#[cfg(feature = "client")]
+pub use client::{AdminClient, AdminError};
+
+/// The routes: method, path, what they take and answer.
+pub mod routes {
+    /// `GET`, no token: `ok` (text) while mgmtd serves.
+    pub const HEALTHZ: &str = "/healthz";
+    /// `GET` → [`NodeStatus`](crate::NodeStatus).
+    pub const STATUS: &str = "/v1/status";
+    /// `GET` → [`NodeDrives`](crate::NodeDrives): the node's own drives, from its
+    /// own datapathd.
+    pub const DRIVES: &str = "/v1/drives";
+    /// `GET` → [`ScrubStatus`](crate::ScrubStatus).
+    pub const SCRUB: &str = "/v1/scrub";
+    /// `POST` (no body) → [`ScrubStatus`](crate::ScrubStatus): a pass now, or the
+    /// paused one resumed.
+    pub const SCRUB_START: &str = "/v1/scrub/start";
+    /// `POST` (no body) → [`ScrubStatus`](crate::ScrubStatus).
+    pub const SCRUB_PAUSE: &str = "/v1/scrub/pause";
+    /// `GET` → [`GcStatus`](crate::GcStatus).
+    pub const GC: &str = "/v1/gc";
+    /// `POST ?`[`GcRunQuery`](crate::GcRunQuery) (no body) →
+    /// [`GcStatus`](crate::GcStatus) from before the round, which runs in the
+    /// background (queued behind one already running): follow [`GC`] until
+    /// `rounds` moves on.
+    pub const GC_RUN: &str = "/v1/gc/run";
+    /// `POST` [`InitRequest`](crate::InitRequest) →
+    /// [`TokenReply`](crate::TokenReply).
+    pub const CLUSTER_INIT: &str = "/v1/cluster/init";
+    /// `POST` [`JoinRequest`](crate::JoinRequest) →
+    /// [`TokenReply`](crate::TokenReply), once this node is in the map.
+    pub const CLUSTER_JOIN: &str = "/v1/cluster/join";
+    /// `GET` → [`ClusterStatus`](crate::ClusterStatus).
+    pub const CLUSTER_STATUS: &str = "/v1/cluster/status";
+    /// `GET` → [`TokenReply`](crate::TokenReply): a join token for more nodes.
+    pub const CLUSTER_TOKEN: &str = "/v1/cluster/token";
+    /// `POST` [`NodeRequest`](crate::NodeRequest) → the map epoch (a number).
+    pub const CLUSTER_DRAIN: &str = "/v1/cluster/drain";
+    /// `POST` [`NodeRequest`](crate::NodeRequest) → `true`.
+    pub const CLUSTER_REMOVE: &str = "/v1/cluster/remove";
+}
