@@ -25,6 +25,11 @@ if [[ "${1:-}" != "--quick" ]]; then
   echo "== cargo clippy"
   cargo clippy --workspace --all-targets -- -D warnings
 fi
+echo "== crate graph: the CLI reaches nodes through the admin-API crate, never by linking the daemon"
+if cargo tree -p cairn-nodectl -e normal --prefix none | grep -q '^cairn-mgmtd '; then
+  echo "nodectl depends on cairn-mgmtd: use cairn-adminapi's client and cairn-credentials" >&2
+  exit 1
+fi
 echo "== cargo build (binaries used by the end-to-end tests)"
 cargo build --workspace --bins
 echo "== cargo test"
