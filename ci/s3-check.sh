@@ -59,6 +59,13 @@ if AWS_SECRET_ACCESS_KEY=wrong-secret-1234567890 aws_ s3 ls 2>"$work/err"; then
 fi
 grep -q "SignatureDoesNotMatch" "$work/err" || fail "wrong secret: $(cat "$work/err")"
 echo "  ok  wrong secret refused (403 SignatureDoesNotMatch)"
+# `aws s3 presign` at its defaults signs with SigV2 query auth (Expires = the end);
+# a week is the most any presigned URL may be valid, whatever its signature version.
+url=$(aws_ s3 presign s3://cli-check/8m --expires-in 604800)
+curl -fsS -o "$work/8m.presigned" "$url" && cmp "$work/8m" "$work/8m.presigned" || fail "presigned GET (a week)"
+code=$(curl -s -o "$work/err" -w '%{http_code}' "$(aws_ s3 presign s3://cli-check/8m --expires-in 315360000)")
+[[ $code == 400 ]] && grep -q AuthorizationQueryParametersError "$work/err" || fail "a ten-year presigned URL answered $code: $(cat "$work/err")"
+echo "  ok  presigned URL from the CLI's defaults: a week served, ten years refused (400)"
 for f in 8m dir/40m; do
   printf '{"bucket": "cli-check", "key": "%s", "sha256": "%s"}\n' "$f" "$(sha256sum "$work/${f#dir/}" | cut -d' ' -f1)" >>"$work/manifest"
 done

@@ -367,8 +367,14 @@ fn batch_at(region: &[u8], pos: usize, last: u64) -> Option<(Vec<(usize, RecordH
     (recs.first()?.1.seq > last).then_some((recs, len))
 }
 
-/// The length a batch header at the start of `b` claims, if the header verifies.
-fn batch_header_len(b: &[u8]) -> Option<usize> {
+/// What a batch header at the start of `b` claims, if the header verifies.
+struct Claimed {
+    /// Bytes of header plus records.
+    len: usize,
+    records: u64,
+}
+
+fn batch_header(b: &[u8]) -> Option<Claimed> {
     if b.get(..4)? != BATCH_MAGIC {
         return None;
     }
@@ -376,8 +382,24 @@ fn batch_header_len(b: &[u8]) -> Option<usize> {
     if crc32c::crc32c(&h[..28]) != u32::from_le_bytes(h[28..32].try_into().ok()?) {
         return None;
     }
+    let records = u32::from_le_bytes(h[8..12].try_into().ok()?) as u64;
     let len = u32::from_le_bytes(h[12..16].try_into().ok()?) as usize;
-    (len >= BATCH_HEADER).then_some(len)
+    (len >= BATCH_HEADER).then_some(Claimed { len, records })
+}
+
+/// Records of a damaged batch that were not even found, because their own header
+/// is unreadable: their chunk ids are unknown, but they are lost all the same and
+/// must be counted. Exact when the batch header verifies (it says how many records
+/// it holds); otherwise a lower bound from the gaps in the seqs found, which rise
+/// by one within a batch.
+fn unreadable_records(found: &[(usize, RecordHeader, bool)], claimed: Option<&Claimed>) -> u64 {
+    match claimed {
+        Some(c) => c.records.saturating_sub(found.len() as u64),
+        None => found
+            .windows(2)
+            .map(|w| w[1].1.seq.saturating_sub(w[0].1.seq + 1))
+            .sum(),
+    }
 }
 
 /// The next block boundary after `pos` holding a valid batch above `last`, with the
@@ -451,7 +473,7 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
             continue;
         }
         let seg_off = (BLOCK + pos) as u64;
-        let hdr_len = batch_header_len(&region[pos..]);
+        let claimed = batch_header(&region[pos..]);
         let Some((next, next_seq)) = next_batch(region, pos, last) else {
             // Nothing valid follows: the tail.
             let blk_end = (pos + BLOCK).min(region.len());
@@ -462,10 +484,14 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
                 // a record that was never acknowledged loses nothing: it is
                 // unreferenced and collected), so a flipped byte in the last batch
                 // costs only the chunk it hit.
-                let ext = hdr_len.map_or(region.len(), |l| pos.saturating_add(l));
+                let ext = claimed
+                    .as_ref()
+                    .map_or(region.len(), |c| pos.saturating_add(c.len));
+                let found = records_in(region, pos, ext, last, u64::MAX);
+                let unreadable = unreadable_records(&found, claimed.as_ref());
                 let mut kept = 0u64;
                 let mut dropped = Vec::new();
-                for (off, h, ok) in records_in(region, pos, ext, last, u64::MAX) {
+                for (off, h, ok) in found {
                     if out.entries.len() >= rule.max_records {
                         break;
                     }
@@ -481,22 +507,24 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
                     }
                 }
                 out.stats.salvaged_records += kept;
-                tracing::warn!(device = %dev, segment = seg, offset = seg_off, kept, dropped = ?dropped, "unreadable last batch of the segment: a torn write if the node crashed (never acknowledged), damage if it had stopped cleanly; records that verify were kept");
+                tracing::warn!(device = %dev, segment = seg, offset = seg_off, kept, dropped = ?dropped, unreadable_headers = unreadable, "unreadable last batch of the segment: a torn write if the node crashed (never acknowledged), damage if it had stopped cleanly; records that verify were kept");
                 out.stats.torn_batches += 1;
             }
             break;
         };
         // A damaged batch: skip it by its own length when its header verifies, else
         // to the next valid batch; keep every record in it that verifies.
-        let stop = match hdr_len {
-            Some(l) => round_block(pos.saturating_add(l) as u64)
+        let stop = match &claimed {
+            Some(c) => round_block(pos.saturating_add(c.len) as u64)
                 .clamp((pos + BLOCK) as u64, next as u64) as usize,
             None => next,
         };
         out.stats.corrupt_batches += 1;
         let mut kept = 0;
         let mut lost_ids = Vec::new();
-        for (off, h, ok) in records_in(region, pos, stop, last, next_seq) {
+        let found = records_in(region, pos, stop, last, next_seq);
+        let unreadable = unreadable_records(&found, claimed.as_ref());
+        for (off, h, ok) in found {
             if out.entries.len() >= rule.max_records {
                 break;
             }
@@ -512,8 +540,8 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
             }
         }
         out.stats.salvaged_records += kept;
-        out.stats.corrupt_records += lost_ids.len() as u64;
-        tracing::error!(device = %dev, segment = seg, offset = seg_off, bytes = stop - pos, salvaged = kept, lost = ?lost_ids, header_ok = hdr_len.is_some(), "corrupt batch skipped; valid data follows");
+        out.stats.corrupt_records += lost_ids.len() as u64 + unreadable;
+        tracing::error!(device = %dev, segment = seg, offset = seg_off, bytes = stop - pos, salvaged = kept, lost = ?lost_ids, unreadable_headers = unreadable, header_ok = claimed.is_some(), "corrupt batch skipped; valid data follows");
         pos = stop;
         out.end = out.end.max((BLOCK + pos) as u64);
     }

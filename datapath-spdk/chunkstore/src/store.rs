@@ -97,8 +97,10 @@ pub struct Report {
     /// Damaged batches followed by valid data (corruption, not a torn tail);
     /// adjacent batches whose headers are unreadable count as one.
     pub corrupt_batches_at_open: u64,
-    /// Records in damaged batches whose header verified but whose payload did not:
-    /// chunks known lost (their ids are logged).
+    /// Records lost in damaged batches: those whose header verified but whose
+    /// payload did not (their chunk ids are logged), and those whose own header is
+    /// unreadable (ids unknown; exact when the batch header verifies, else the gaps
+    /// in the seqs found).
     pub corrupt_records_at_open: u64,
     /// Records kept from inside damaged batches.
     pub salvaged_records_at_open: u64,

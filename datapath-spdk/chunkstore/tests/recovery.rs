@@ -92,6 +92,8 @@ fn one_flipped_byte_costs_at_most_one_chunk() {
             Some(21),
             Counts {
                 corrupt_batches: 1,
+                // Its id is unreadable, but the batch header says it held 3.
+                corrupt_records: 1,
                 salvaged: 2,
                 ..Counts::default()
             },
@@ -176,6 +178,45 @@ fn several_damaged_batches_in_a_row_and_far_apart() {
         for n in 0..36u128 {
             if n == 18 {
                 assert!(gone(&mut s, n));
+            } else {
+                assert_has(&mut s, n, SMALL);
+            }
+        }
+    }
+}
+
+#[test]
+fn records_with_unreadable_headers_are_counted_lost() {
+    for b in Backend::both(4 << 20) {
+        let s = small_batches(&b, 12);
+        // Batch 4: its own header and its middle record's header (chunk 13).
+        // Batch 8: only its last record's header (chunk 26).
+        let (h, r1, r2) = (
+            batch_off(&s, 4) + 20,
+            rec_off(&s, 4, 1) + 24,
+            rec_off(&s, 8, 2) + 24,
+        );
+        drop(s);
+        b.poke(|d| {
+            d[h] ^= 4;
+            d[r1] ^= 4;
+            d[r2] ^= 4;
+        });
+        let mut s = b.open();
+        // Batch 4's count comes from the seq gap between chunks 12 and 14; batch
+        // 8's from its header, which says 3 records.
+        assert_eq!(
+            counts(&s.report()),
+            Counts {
+                corrupt_batches: 2,
+                corrupt_records: 2,
+                salvaged: 4,
+                ..Counts::default()
+            }
+        );
+        for n in 0..36u128 {
+            if n == 13 || n == 26 {
+                assert!(gone(&mut s, n), "chunk {n} served");
             } else {
                 assert_has(&mut s, n, SMALL);
             }

@@ -111,14 +111,34 @@ impl Body for GuardedBody {
     }
 }
 
-/// `X-Amz-Expires` of a presigned request, when it is over S3's limit.
-pub fn presigned_expiry_over_limit(query: Option<&str>) -> Option<u64> {
-    query?
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Expires"))
-        .and_then(|(_, v)| v.parse::<u64>().ok())
-        .filter(|&secs| secs > MAX_PRESIGNED_EXPIRY)
+/// How long a presigned request says it stays valid, when that is over S3's
+/// limit of a week.
+///
+/// SigV4 says it in `X-Amz-Expires` (seconds from its signing time). SigV2 query
+/// auth (`AWSAccessKeyId`/`Signature`/`Expires`: what boto3's
+/// `generate_presigned_url` and `aws s3 presign` produce at their defaults) says
+/// only when it ends (`Expires`, Unix seconds) and not when it was signed, so its
+/// remaining lifetime from `now` is what is capped: a URL signed for more than a
+/// week is refused until it is within a week of its end. AWS itself puts no cap on
+/// SigV2, but a URL that cannot be revoked short of rotating the key should not
+/// outlive the limit we promise for SigV4.
+pub fn presigned_expiry_over_limit(query: Option<&str>, now_unix: u64) -> Option<u64> {
+    let param = |name: &str| {
+        query?
+            .split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    };
+    let secs = match param("X-Amz-Expires") {
+        Some(v) => v.parse::<u64>().ok()?,
+        None if param("Signature").is_some() => param("Expires")?
+            .parse::<u64>()
+            .ok()?
+            .saturating_sub(now_unix),
+        None => return None,
+    };
+    (secs > MAX_PRESIGNED_EXPIRY).then_some(secs)
 }
 
 #[cfg(test)]
@@ -127,7 +147,7 @@ mod tests {
 
     #[test]
     fn presigned_expiry_is_capped_at_a_week() {
-        let q = |s: &str| presigned_expiry_over_limit(Some(s));
+        let q = |s: &str| presigned_expiry_over_limit(Some(s), 1_000_000);
         assert_eq!(
             q("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=604800"),
             None
@@ -135,6 +155,30 @@ mod tests {
         assert_eq!(q("X-Amz-Expires=604801&x=1"), Some(604801));
         assert_eq!(q("x-amz-expires=691200"), Some(691200));
         assert_eq!(q("list-type=2"), None);
-        assert_eq!(presigned_expiry_over_limit(None), None);
+        assert_eq!(presigned_expiry_over_limit(None, 0), None);
+    }
+
+    #[test]
+    fn sigv2_presigned_urls_are_capped_by_their_remaining_lifetime() {
+        let now = 1_700_000_000;
+        let v2 = |expires: u64| {
+            presigned_expiry_over_limit(
+                Some(&format!(
+                    "AWSAccessKeyId=AK&Signature=abc%3D&Expires={expires}"
+                )),
+                now,
+            )
+        };
+        assert_eq!(v2(now + 3600), None);
+        assert_eq!(v2(now + MAX_PRESIGNED_EXPIRY), None);
+        assert_eq!(v2(now + MAX_PRESIGNED_EXPIRY + 1), Some(604_801));
+        assert_eq!(v2(now + 3650 * 86_400), Some(3650 * 86_400));
+        // Already past: not this guard's business (the signature check refuses it).
+        assert_eq!(v2(now - 10), None);
+        // `Expires` without a V2 signature is some other parameter.
+        assert_eq!(
+            presigned_expiry_over_limit(Some("Expires=99999999999"), now),
+            None
+        );
     }
 }

@@ -89,10 +89,24 @@ async fn guarded(
     svc: s3s::service::S3Service,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
-    if let Some(secs) = guard::presigned_expiry_over_limit(req.uri().query()) {
-        // AWS's answer, word for word.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Some(secs) = guard::presigned_expiry_over_limit(req.uri().query(), now) {
+        // AWS's answer to SigV4, word for word; SigV2 gets the same code.
+        let message = if req
+            .uri()
+            .query()
+            .is_some_and(|q| q.contains("X-Amz-Expires"))
+        {
+            format!(
+                "X-Amz-Expires must be less than a week (in seconds) that is 604800; it is {secs}"
+            )
+        } else {
+            format!("Expires must be less than a week (in seconds) that is 604800 from now; it is {secs}")
+        };
         let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>X-Amz-Expires must be less than a week (in seconds) that is 604800; it is {secs}</Message></Error>"
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>{message}</Message></Error>"
         );
         let mut resp = http::Response::new(s3s::Body::from(xml));
         *resp.status_mut() = http::StatusCode::BAD_REQUEST;
