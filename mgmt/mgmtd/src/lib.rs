@@ -336,6 +336,7 @@ async fn run_cluster(
     let s3_task = tokio::spawn({
         let node = node.clone();
         let stop = stopped(stop_rx.clone());
+        let (s3_stop, resp_stop) = (stopped(stop_rx.clone()), stopped(stop_rx.clone()));
         let store_cfg = cfg.store.clone();
         let root_key = root.access_key.clone();
         async move {
@@ -350,15 +351,17 @@ async fn run_cluster(
                         tracing::warn!("serving S3 with {reached} of {of} up drives reachable");
                     }
                     tracing::info!(%s3_addr, "S3 serving for the cluster");
-                    // RESP lives and stops with S3: both wait for membership.
+                    // RESP lives and stops with S3: both wait for membership, and
+                    // both drain their requests at stop, while the cluster still
+                    // commits (it shuts down after them).
                     let resp = resp::serve(
                         resp_listener,
                         store.clone(),
                         keys.clone(),
                         root_key,
-                        std::future::pending(),
+                        resp_stop,
                     );
-                    let s3 = cairn_s3::serve(s3_listener, store, keys, std::future::pending());
+                    let s3 = cairn_s3::serve(s3_listener, store, keys, s3_stop);
                     if let (Err(e), ()) = tokio::join!(s3, resp) {
                         tracing::error!("S3 stopped: {e}");
                     }
@@ -370,7 +373,8 @@ async fn run_cluster(
     wait_for_signal().await;
     tracing::info!("mgmtd stopping");
     let _ = stop_tx.send(true);
-    s3_task.abort();
+    // S3 and RESP finish what they have in hand (each gives up after 10 s).
+    let _ = s3_task.await;
     let _ = admin_task.await;
     let _ = internal_task.await;
     c.shutdown().await;

@@ -521,13 +521,20 @@ pub fn stop(data: &Path, node: u16, hard: bool) -> Result<(), NodectlError> {
             NodectlError::Usage(format!("no node {node} (1..={})", s.nodes.len()))
         })?;
     std::fs::write(Path::new(&n.dir).join("stopped"), b"").map_err(io_err("mark node stopped"))?;
-    let sig = if hard {
-        nix::sys::signal::Signal::SIGKILL
+    if hard {
+        for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
+            kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
     } else {
-        nix::sys::signal::Signal::SIGTERM
-    };
-    for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
-        kill(pid, sig);
+        // mgmtd first, and datapathd once it has gone: mgmtd drains the S3 and
+        // RESP requests in hand (up to 10 s), and they need the node's drives.
+        if let Some(pid) = n.mgmtd_pid {
+            kill(pid, nix::sys::signal::Signal::SIGTERM);
+            supervisor::wait_gone(pid, std::time::Duration::from_secs(20));
+        }
+        if let Some(pid) = n.datapathd_pid {
+            kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
     }
     println!("node {node} stopped{}", if hard { " (killed)" } else { "" });
     Ok(())

@@ -227,12 +227,29 @@ pub(crate) fn kill(pid: u32, sig: nix::sys::signal::Signal) {
     let p = nix::unistd::Pid::from_raw(pid as i32);
     let _ = nix::sys::signal::kill(p, sig);
     if sig == nix::sys::signal::Signal::SIGKILL {
-        for _ in 0..100 {
-            if !Path::new(&format!("/proc/{pid}")).exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        wait_gone(pid, Duration::from_secs(2));
+    }
+}
+
+/// Waits up to `limit` for process `pid` to end. A process that has exited but
+/// not yet been reaped by its supervisor (a zombie) counts as ended.
+pub(crate) fn wait_gone(pid: u32, limit: Duration) -> bool {
+    let t = std::time::Instant::now();
+    loop {
+        let gone = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the command name, which is in parentheses.
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+            Err(_) => true,
+        };
+        if gone {
+            return true;
         }
+        if t.elapsed() >= limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
