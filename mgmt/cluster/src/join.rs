@@ -29,36 +29,57 @@ pub struct JoinReply {
 
 impl Cluster {
     /// Creates a cluster with this node as its only member; returns a join token.
+    ///
+    /// Resumable: a creation cut off part way (the node stopped between its
+    /// steps) is finished by calling it again, under the name it was started
+    /// with. Refused once the node is a member, or when its Raft log belongs to
+    /// another cluster (it was being admitted somewhere).
     pub async fn init(
         &self,
         cluster_id: &str,
         protection: Protection,
     ) -> Result<String, ClusterError> {
-        if self.raft.is_initialized().await.map_err(raft_err)? {
+        if self.is_member() {
             return Err(ClusterError::AlreadyMember(self.map().cluster_id.clone()));
         }
-        let members = std::collections::BTreeMap::from([(
-            self.id,
-            BasicNode {
-                addr: self.cfg.advert.internal.clone(),
-            },
-        )]);
-        self.raft.initialize(members).await.map_err(raft_err)?;
+        if !self.raft.is_initialized().await.map_err(raft_err)? {
+            let members = std::collections::BTreeMap::from([(
+                self.id,
+                BasicNode {
+                    addr: self.cfg.advert.internal.clone(),
+                },
+            )]);
+            self.raft.initialize(members).await.map_err(raft_err)?;
+        } else if self.raft_status().voters != [self.id] {
+            return Err(ClusterError::AlreadyMember(self.map().cluster_id.clone()));
+        }
         self.raft
             .wait(Some(Duration::from_secs(20)))
             .current_leader(self.id, "init")
             .await
             .map_err(raft_err)?;
-        let secrets = ca::new_ca(cluster_id)?;
-        self.propose(Command::Secrets(secrets.clone())).await?;
-        self.propose_map(MapChange::Create {
-            cluster_id: cluster_id.to_string(),
-            protection,
-        })
-        .await?;
+        let secrets = match self.secrets() {
+            Some(s) => s,
+            None => {
+                let s = ca::new_ca(cluster_id)?;
+                self.propose(Command::Secrets(s.clone())).await?;
+                s
+            }
+        };
+        let created = self.map().cluster_id.clone();
+        let cluster_id = if created.is_empty() {
+            self.propose_map(MapChange::Create {
+                cluster_id: cluster_id.to_string(),
+                protection,
+            })
+            .await?;
+            cluster_id.to_string()
+        } else {
+            created
+        };
         // The first member certifies itself with the CA it just made.
         let key = ca::NodeKey::generate()?;
-        let cert = issue(&secrets, cluster_id, &self.advert(), &key.public_hex())?;
+        let cert = issue(&secrets, &cluster_id, &self.advert(), &key.public_hex())?;
         self.transport
             .install(&secrets.ca_cert_pem, &cert, &key.private_pem())?;
         self.propose_map(MapChange::AddNode {
@@ -70,6 +91,43 @@ impl Cluster {
         })
         .await?;
         Ok(ca::token(&secrets)?)
+    }
+
+    /// A member started with other addresses than the map records (a single node
+    /// restarted with an internal API for others to join at, or moved) tells the
+    /// cluster: the map's record and, when this node leads, its Raft membership
+    /// entry. Drive ids and the certificate are kept (`MapChange::AddNode`).
+    pub async fn reannounce(&self) -> Result<(), ClusterError> {
+        let a = self.advert();
+        let moved = match self.map().nodes.get(&self.id) {
+            Some(n) => n.internal != a.internal || n.chunk != a.chunk || n.s3 != a.s3,
+            None => return Ok(()),
+        };
+        if !moved {
+            return Ok(());
+        }
+        tracing::info!(internal = %a.internal, chunk = %a.chunk, s3 = %a.s3, "this node's addresses changed: telling the cluster");
+        self.propose_map(MapChange::AddNode {
+            node: NodeAdvert {
+                cert: String::new(),
+                ..a.clone()
+            },
+            at_ms: now_ms(),
+        })
+        .await?;
+        if self.raft_status().leader == Some(self.id) {
+            let nodes = std::collections::BTreeMap::from([(
+                self.id,
+                BasicNode {
+                    addr: a.internal.clone(),
+                },
+            )]);
+            self.raft
+                .change_membership(openraft::ChangeMembers::SetNodes(nodes), false)
+                .await
+                .map_err(raft_err)?;
+        }
+        Ok(())
     }
 
     /// A join token for this cluster (members only).

@@ -6,6 +6,7 @@
 //! built into (`cargo test --workspace` builds them); a missing binary is reported
 //! plainly rather than skipped.
 
+pub mod dev;
 pub mod raw;
 
 use aws_sdk_s3::config::{Credentials, Region};
@@ -270,14 +271,7 @@ impl Node {
     }
 
     pub fn client_with(&self, access: &str, secret: &str) -> aws_sdk_s3::Client {
-        let conf = aws_sdk_s3::Config::builder()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .endpoint_url(self.endpoint())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new(access, secret, None, None, "cairn-it"))
-            .force_path_style(true)
-            .build();
-        aws_sdk_s3::Client::from_conf(conf)
+        s3_client(&self.endpoint(), access, secret)
     }
 
     /// The admin API's status document.
@@ -331,6 +325,18 @@ impl Drop for Node {
 }
 
 /// Every offset in the node's drive files where `needle` is stored.
+/// An S3 client (path-style, us-east-1) for `endpoint` (`http://host:port`).
+pub fn s3_client(endpoint: &str, access: &str, secret: &str) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(access, secret, None, None, "cairn-it"))
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 pub fn find_on_drives(node: &Node, needle: &[u8]) -> Vec<(u16, u64)> {
     let mut hits = Vec::new();
     for d in 0..node.opts.drives {

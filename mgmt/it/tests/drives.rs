@@ -2,112 +2,12 @@
 //! datapathd and mgmtd on file-backed drives), then the real `nodectl drives`
 //! against it, locally by data directory and remotely by admin address and token.
 
+use cairn_it::dev::{nodectl_json, DevUp};
 use cairn_it::{bin, Node, NodeOptions};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// `nodectl dev up` in the background; stopped (SIGTERM, then SIGKILL) on drop.
-struct DevUp {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl DevUp {
-    fn start(drives: u16) -> DevUp {
-        let dir = tempfile::Builder::new()
-            .prefix("cairn-it-drives-")
-            .tempdir()
-            .expect("tempdir");
-        let s3 = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port");
-        let log = std::fs::File::create(dir.path().join("nodectl.log")).expect("log");
-        let child = Command::new(bin("nodectl"))
-            .args(["dev", "up", "--data"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--drives",
-                &drives.to_string(),
-                "--drive-size",
-                "256M",
-                "--s3",
-                &s3.to_string(),
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn nodectl dev up");
-        let mut up = DevUp { child, dir };
-        up.wait_serving();
-        up
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("nodectl.log")).unwrap_or_default()
-    }
-
-    /// Until `nodectl drives` answers (dev.json is written once both daemons are up).
-    fn wait_serving(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("nodectl dev up exited ({st}):\n{}", self.log());
-            }
-            if self.data().join("run/dev.json").exists() && self.drives().is_ok() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node not up in 120 s:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// `nodectl drives --data DIR --json`, parsed.
-    fn drives(&self) -> Result<Value, String> {
-        nodectl_json(&["drives", "--data", &self.data().display().to_string()])
-    }
-}
-
-impl Drop for DevUp {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs nodectl with `args` and `--json`; the parsed output or stderr.
-fn nodectl_json(args: &[&str]) -> Result<Value, String> {
-    let out = Command::new(bin("nodectl"))
-        .args(args)
-        .arg("--json")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {:?}", out.stdout))
-}
 
 fn drive_file(data: &Path, i: usize) -> String {
     data.join(format!("drives/drive-{i}.img"))

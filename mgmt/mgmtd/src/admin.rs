@@ -99,16 +99,9 @@ impl LocalDatapath {
     }
 }
 
-/// What the admin API manages.
-#[derive(Clone, Debug)]
-pub(crate) enum Target {
-    Single(Arc<ObjectStore>),
-    Cluster(Arc<ClusterNode>),
-}
-
 #[derive(Clone)]
 pub(crate) struct App {
-    target: Target,
+    node: Arc<ClusterNode>,
     local: LocalDatapath,
     token: Arc<String>,
     data: PathBuf,
@@ -116,25 +109,23 @@ pub(crate) struct App {
 
 impl App {
     pub(crate) fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
-        match &self.target {
-            Target::Single(s) => Ok(s.clone()),
-            Target::Cluster(c) => c.store.get().cloned().ok_or_else(|| {
-                Failure::new(
-                    ErrorKind::Unavailable,
-                    "this node is not part of a cluster yet: run `nodectl cluster init` or `nodectl cluster join`",
-                )
-            }),
-        }
+        self.node.store.get().cloned().ok_or_else(|| {
+            Failure::new(
+                ErrorKind::Unavailable,
+                "this node is not part of a cluster yet: run `nodectl cluster init` or `nodectl cluster join`",
+            )
+        })
     }
 
     fn cluster(&self) -> Result<Arc<ClusterNode>, Failure> {
-        match &self.target {
-            Target::Cluster(c) => Ok(c.clone()),
-            Target::Single(_) => Err(Failure::new(
-                ErrorKind::Conflict,
-                "this node runs in single-node mode (start mgmtd with --internal for a cluster)",
-            )),
-        }
+        Ok(self.node.clone())
+    }
+
+    /// The cluster is this node alone (a single-node appliance): its drives are
+    /// the cluster's, so `status` can say what its own datapathd says of them.
+    fn alone(&self) -> bool {
+        let map = self.node.cluster.map();
+        map.nodes.len() == 1 && map.nodes.contains_key(&self.node.cluster.id())
     }
 
     pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Failure> {
@@ -151,7 +142,7 @@ impl App {
 
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    target: Target,
+    node: Arc<ClusterNode>,
     local: LocalDatapath,
     token: String,
     data: PathBuf,
@@ -174,7 +165,7 @@ pub(crate) async fn serve(
         .route(routes::CLUSTER_REMOVE, post(cluster_remove))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(App {
-            target,
+            node,
             local,
             token: Arc::new(token),
             data,
@@ -209,13 +200,14 @@ async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeS
     // A single node's drives are its own datapathd's: ask it what they are too. A
     // cluster member lists every drive of the cluster by cluster-wide id, through
     // the fabric, with state and space only.
-    let reports = match &app.target {
-        Target::Single(_) => app
+    let alone = app.alone();
+    let reports = match alone {
+        true => app
             .local
             .drives()
             .await
             .map_err(|f| f.message().to_string()),
-        Target::Cluster(_) => store
+        false => store
             .drive_reports()
             .await
             .map(|r| r.into_iter().map(drive_status).collect())
@@ -224,8 +216,8 @@ async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeS
     // A single node counts its objects short of protection here (a member's
     // count is the cluster's, in `cluster status`), by the drive states just
     // reported (the store's own view of them may lag by a poll).
-    let protection = match (&app.target, &reports) {
-        (Target::Single(_), Ok(drives)) => {
+    let protection = match (alone, &reports) {
+        (true, Ok(drives)) => {
             let failed: std::collections::HashSet<u16> = drives
                 .iter()
                 .filter(|d| d.state != "healthy")

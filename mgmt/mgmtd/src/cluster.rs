@@ -31,6 +31,60 @@ pub struct ClusterOpts {
     pub repair_every: Duration,
 }
 
+impl ClusterOpts {
+    /// A single node's: a cluster of one, its internal API on loopback (nothing
+    /// outside the machine needs it until the node takes joins).
+    pub(crate) fn alone(cfg: &crate::Config) -> ClusterOpts {
+        ClusterOpts {
+            internal: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            chunk_advertise: cfg.datapath.clone(),
+            domain: None,
+            down_after: Duration::from_secs(5),
+            repair_grace: Duration::from_secs(60),
+            repair_every: cfg.repair_every,
+        }
+    }
+}
+
+/// Makes a single node the one member of its own cluster, at its first start
+/// (or finishes that, if a start was cut off part way): the protection is the
+/// node's `--ec`/`--replicas`, the cluster's name the start of the node's id.
+pub(crate) async fn form_alone(
+    c: &Cluster,
+    store: &cairn_objects::StoreConfig,
+) -> Result<(), MgmtError> {
+    if c.is_member() {
+        return Ok(());
+    }
+    let id = id_hex(c.id())[..8].to_string();
+    let protection = Protection {
+        k: store.ec.0,
+        m: store.ec.1,
+        replicas: store.replicas,
+    };
+    c.init(&id, protection).await?;
+    tracing::info!(cluster = %id, "a single node: formed a cluster of one");
+    Ok(())
+}
+
+/// A single node deletes every unreferenced chunk on its drives before it
+/// serves, so a node that filled up, or crashed mid-write, has its space back
+/// before the first request. Safe only here: nothing else writes to its drives
+/// (its internal API is on loopback, so no node can join meanwhile) and no
+/// write of its own is in flight; the metadata is made current first, so an
+/// entry committed before a crash but not yet applied still counts.
+async fn collect_before_serving(store: &ObjectStore) {
+    if let Err(e) = store.sync().await {
+        tracing::warn!("orphan collection skipped: metadata not current: {e}");
+        return;
+    }
+    match store.collect_garbage().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("removed {n} orphan chunks left by interrupted writes"),
+        Err(e) => tracing::warn!("orphan collection skipped: {e}"),
+    }
+}
+
 /// The node's cluster side, shared with the admin API.
 pub struct ClusterNode {
     pub cluster: Arc<Cluster>,
@@ -148,6 +202,9 @@ fn routes(
         d.dedup();
         d
     };
+    // One failure domain (a single node, or every node in one rack): its drives
+    // are the domains, as on a single node, or a stripe could take one fragment.
+    let by_drive = domains.len() == 1;
     let mut out = Vec::new();
     // Only nodes that are up are routed: a down node's address may already belong
     // to its replacement, which must never be asked for the old node's drives.
@@ -177,7 +234,7 @@ fn routes(
                 own: n.id == me,
                 local: d.local,
                 client: client.clone(),
-                domain,
+                domain: if by_drive { d.id as u32 } else { domain },
                 placeable: !n.draining,
                 // New data follows capacity: a drive twice as large takes twice
                 // the stripes (weighted rendezvous in cairn_objects::place).
@@ -196,6 +253,7 @@ impl ClusterNode {
         meta: cairn_meta::MetaStore,
         local: ChunkClient,
         mut store_cfg: cairn_objects::StoreConfig,
+        alone: bool,
     ) -> Result<Arc<ObjectStore>, MgmtError> {
         let mut rx = self.cluster.watch_map();
         let me = self.cluster.id();
@@ -217,6 +275,9 @@ impl ClusterNode {
         let transport = self.cluster.transport().clone();
         write_members(&transport, &map);
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
+        if alone {
+            collect_before_serving(&store).await;
+        }
         let _ = self.store.set(store.clone());
         crate::scrub::keep_last_pass(&store, &self.data);
         store.start_background();

@@ -92,6 +92,16 @@ pub struct Config {
 }
 
 /// Runs mgmtd until SIGINT or SIGTERM.
+///
+/// There is one start path: a node is always a member of a cluster. A single
+/// node (no `cluster` settings) is a cluster of one, created at its first start
+/// with its internal API on loopback; its data directory is the same as any
+/// member's, so it can later take joins (restarted with `--internal` on an
+/// address the others reach) without a migration. A data directory made before
+/// nodes were clusters of one holds its objects in the same metadata store, with
+/// manifests naming local drive numbers: the one-member cluster gives the node's
+/// drives exactly those ids (the first node's drives are numbered from 0 in
+/// order), so they read on unchanged.
 pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     std::fs::create_dir_all(&cfg.data).map_err(io_err(format!("create {}", cfg.data.display())))?;
     #[cfg(feature = "failpoints")]
@@ -100,124 +110,23 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     let key = cairn_chunkproto::auth::LocalKey::load_or_create(&cfg.datapath_key)
         .map_err(|e| MgmtError::Config(format!("chunk key {}: {e}", cfg.datapath_key.display())))?;
     let local = ChunkClient::local(cfg.datapath.clone(), 4, Duration::from_secs(30), key);
-    if let Some(opts) = cfg.cluster.clone() {
-        return run_cluster(cfg, opts, root, meta, local).await;
-    }
-    let own = admin::LocalDatapath {
-        client: local.clone(),
-        drives: cfg.store.drives,
-    };
-    let fabric = cairn_objects::Fabric::single(local, cfg.store.drives);
-    let store = ObjectStore::new(meta.clone(), Arc::new(meta), fabric, cfg.store.clone())?;
-
-    wait_for_datapath(&store, &cfg.datapath, Duration::from_secs(60)).await?;
-    // Before serving, so no write is in flight: see ObjectStore::collect_garbage.
-    match store.collect_garbage().await {
-        Ok(0) => {}
-        Ok(n) => tracing::info!("removed {n} orphan chunks left by interrupted writes"),
-        Err(e) => tracing::warn!("orphan collection skipped: {e}"),
-    }
-    scrub::keep_last_pass(&store, &cfg.data);
-    store.start_background();
-    tokio::spawn(repair_loop(store.clone(), cfg.repair_every));
-
-    let token = load_or_create_admin_token(&cfg.data)?;
-    let mut keys = HashMap::new();
-    keys.insert(
-        root.access_key.clone(),
-        cairn_s3::Credential {
-            secret: root.secret_key.clone(),
-            tenant: cairn_meta::ROOT_TENANT,
-        },
-    );
-    let keys = cairn_s3::Keys::new(keys);
-
-    let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
-        .await
-        .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
-    let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
-        .await
-        .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
-    let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(io_err("admin address"))?;
-    let resp_listener = resp::bind(cfg.resp).await?;
-    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
-
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let resp_task = tokio::spawn(resp::serve(
-        resp_listener,
-        store.clone(),
-        keys.clone(),
-        root.access_key.clone(),
-        stopped(stop_rx.clone()),
-    ));
-    let s3_task = tokio::spawn(cairn_s3::serve(
-        s3_listener,
-        store.clone(),
-        keys,
-        stopped(stop_rx.clone()),
-    ));
-    let admin_task = tokio::spawn(admin::serve(
-        admin_listener,
-        admin::Target::Single(store.clone()),
-        own,
-        token,
-        cfg.data.clone(),
-        stopped(stop_rx.clone()),
-    ));
-
-    if let Some(p) = &cfg.ready_file {
-        let mut body =
-            serde_json::json!({ "s3": s3_addr.to_string(), "admin": admin_addr.to_string() });
-        if let Some(a) = resp_addr {
-            body["resp"] = a.to_string().into();
+    let (opts, alone) = match cfg.cluster.clone() {
+        Some(opts) => (opts, false),
+        None => {
+            // The settings a cluster of one is created with are checked here,
+            // against this node's drives, as a cluster checks them at a write.
+            cfg.store.validate()?;
+            (ClusterOpts::alone(&cfg), true)
         }
-        write_atomic(p, body.to_string().as_bytes())?;
-    }
-    tracing::info!(%s3_addr, %admin_addr, "mgmtd serving");
-
-    wait_for_signal().await;
-    tracing::info!("mgmtd stopping");
-    let _ = stop_tx.send(true);
-    let _ = s3_task.await;
-    let _ = resp_task.await;
-    let _ = admin_task.await;
-    Ok(())
-}
-
-/// A single node's repair: fragments that could not be placed when their object
-/// was written (a drive full or failed then) are rebuilt onto a drive of their
-/// own as soon as one can take them, so an object does not stay a fragment short
-/// of its protection for good. (A cluster's repair loop does this and more.)
-async fn repair_loop(store: Arc<ObjectStore>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        match store
-            .repair_pass(&|_| cairn_objects::FragmentState::Good, &|_, _| true)
-            .await
-        {
-            Ok(p) if p.rebuilt_fragments > 0 || p.deferred > 0 => tracing::info!(
-                rebuilt = p.rebuilt_fragments,
-                deferred = p.deferred,
-                "repair pass: fragments placed short of protection"
-            ),
-            Ok(_) => {}
-            Err(e) => tracing::warn!("repair pass failed: {e}"),
-        }
-    }
+    };
+    run_cluster(cfg, opts, alone, root, meta, local).await
 }
 
 /// Runs mgmtd as a cluster member until SIGINT or SIGTERM.
 async fn run_cluster(
     cfg: Config,
     opts: ClusterOpts,
+    alone: bool,
     root: RootCredentials,
     meta: MetaStore,
     local: ChunkClient,
@@ -268,6 +177,20 @@ async fn run_cluster(
         tracing::info!(node = %cluster::id_hex(c.id()), "failure domain: the node itself");
     }
     c.start();
+    if alone {
+        cluster::form_alone(&c, &cfg.store).await?;
+    }
+    if c.is_member() {
+        // Addresses may differ from the map's (a single node's loopback port
+        // changes at each start): retried in the background until told.
+        let c = c.clone();
+        tokio::spawn(async move {
+            while let Err(e) = c.reannounce().await {
+                tracing::debug!("re-announcing this node's addresses: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+    }
     let node = Arc::new(cluster::ClusterNode {
         cluster: c.clone(),
         store: std::sync::OnceLock::new(),
@@ -294,7 +217,7 @@ async fn run_cluster(
         .map_err(io_err("admin address"))?;
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
-        admin::Target::Cluster(node.clone()),
+        node.clone(),
         admin::LocalDatapath {
             client: local.clone(),
             drives: cfg.store.drives,
@@ -341,7 +264,7 @@ async fn run_cluster(
         let root_key = root.access_key.clone();
         async move {
             let store = tokio::select! {
-                s = node.become_member(meta, local, store_cfg) => s,
+                s = node.become_member(meta, local, store_cfg, alone) => s,
                 _ = stop => return,
             };
             match store {

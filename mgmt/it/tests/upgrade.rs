@@ -1,0 +1,87 @@
+//! A data directory made by a single node before a node was a cluster of one
+//! (main at e41c4fd: `nodectl dev up --drive-size 256M`, four objects written
+//! with the AWS CLI, then Ctrl-C) starts under today's code and serves every
+//! object bit-exact; the node is then a one-member cluster that takes new
+//! writes, and all of it survives a restart.
+//!
+//! The fixture (`fixtures/single-node-e41c4fd.tar.gz`, 73 KB: the drives are
+//! sparse and the objects patterned) holds `drives/` and `state/` as the old
+//! node left them, its root credentials included (made for this fixture only).
+//! Each object is the SHA-256 of its file name repeated to its size.
+
+use cairn_it::dev::{nodectl_json, DevUp};
+use cairn_it::{get_bytes, put_bytes, s3_client};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+const BUCKET: &str = "before-clusters";
+/// (key, file name the content was made from, size)
+const OBJECTS: [(&str, &str, usize); 4] = [
+    ("obj-100", "obj-100", 100),
+    ("obj-204800", "obj-204800", 204_800),
+    ("obj-3145728", "obj-3145728", 3_145_728),
+    // Above the CLI's 8 MiB threshold: a multipart upload of two parts.
+    ("dir/multipart", "multipart", 9_437_184),
+];
+
+fn content(name: &str, size: usize) -> Vec<u8> {
+    let seed = Sha256::digest(name.as_bytes());
+    seed.iter().copied().cycle().take(size).collect()
+}
+
+fn unpack(data: &Path) {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/single-node-e41c4fd.tar.gz");
+    let parent = data.parent().expect("parent");
+    let st = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&fixture)
+        .arg("-C")
+        .arg(parent)
+        .status()
+        .expect("tar");
+    assert!(st.success(), "unpacking {}", fixture.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_directory_from_before_clusters_of_one_serves_on() {
+    let mut node = DevUp::adopt(unpack);
+    let creds: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(node.data().join("state/root-credentials.json")).expect("credentials"),
+    )
+    .expect("credentials json");
+    let c = s3_client(
+        &format!("http://{}", node.s3),
+        creds["access_key"].as_str().expect("access key"),
+        creds["secret_key"].as_str().expect("secret key"),
+    );
+    let check_all = |c: aws_sdk_s3::Client| async move {
+        for (key, name, size) in OBJECTS {
+            let got = get_bytes(&c, BUCKET, key)
+                .await
+                .unwrap_or_else(|e| panic!("GET {key}: {e}"));
+            assert!(got == content(name, size), "{key}: other bytes");
+        }
+    };
+    check_all(c.clone()).await;
+
+    // It is now a cluster of one, with the node's drives under their old numbers.
+    let data = node.data().display().to_string();
+    let st = nodectl_json(&["cluster", "status", "--data", &data]).expect("cluster status");
+    assert_eq!(st["nodes"].as_array().map(|n| n.len()), Some(1), "{st}");
+    assert_eq!(st["objects"]["total"], 4, "{st}");
+    assert_eq!(st["objects"]["protected"], 4, "{st}");
+
+    let fresh = cairn_it::random_bytes(1 << 20, 7);
+    put_bytes(&c, BUCKET, "after", &fresh)
+        .await
+        .expect("PUT after the upgrade");
+    node.restart();
+    check_all(c.clone()).await;
+    assert_eq!(
+        get_bytes(&c, BUCKET, "after").await.expect("GET after"),
+        fresh
+    );
+    let st = nodectl_json(&["status", "--data", &data]).expect("status");
+    assert_eq!(st["health"], "healthy", "{st}");
+    assert_eq!(st["objects"], 5, "{st}");
+}
