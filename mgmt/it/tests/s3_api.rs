@@ -240,6 +240,25 @@ async fn objects_round_trip_every_size_class() {
     assert_eq!(got.content_type(), Some("text/plain; charset=utf-8"));
     assert_eq!(got.metadata(), Some(&want_meta));
     assert_eq!(got.body.collect().await.unwrap().into_bytes(), data);
+    // Stored without a Content-Type (a raw PUT: the SDK always sends one):
+    // served as S3 serves it.
+    let put_raw = cairn_it::raw::signed_request(
+        &node,
+        "PUT",
+        "/objs/untyped",
+        &[],
+        b"x",
+        cairn_it::raw::Payload::Hash(b"x"),
+    );
+    assert_eq!(cairn_it::raw::send_raw(&node, &put_raw).await.status, 200);
+    let head = c
+        .head_object()
+        .bucket("objs")
+        .key("untyped")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("binary/octet-stream"));
 
     // Overwrite replaces bytes, size and metadata, in both directions between the
     // replicated and the erasure-coded layout.
@@ -424,15 +443,26 @@ async fn conditional_requests() {
     );
     let past = DateTime::from_secs(1_000_000_000);
 
-    // If-None-Match with the current ETag: 304, on GET and HEAD.
-    let (status, _) = failure(
-        c.get_object()
-            .bucket("cond")
-            .key("k")
-            .if_none_match(&etag)
-            .send()
-            .await,
-    );
+    // If-None-Match with the current ETag: 304, on GET and HEAD, with the
+    // validators a cache refreshes its entry from.
+    let r = c
+        .get_object()
+        .bucket("cond")
+        .key("k")
+        .if_none_match(&etag)
+        .send()
+        .await;
+    let raw = r
+        .as_ref()
+        .err()
+        .and_then(|e| e.raw_response())
+        .expect("a 304");
+    assert_eq!(raw.headers().get("etag"), Some(etag.as_str()));
+    assert!(raw
+        .headers()
+        .get("last-modified")
+        .is_some_and(|v| v.ends_with(" GMT")));
+    let (status, _) = failure(r);
     assert_eq!(status, 304);
     let (status, _) = failure(
         c.head_object()
@@ -562,6 +592,29 @@ async fn conditional_requests() {
         .send()
         .await
         .unwrap();
+    assert!(get(&c, "cond", "k").await == other);
+    // PUT If-Match on a key with no object: 404 NoSuchKey, as S3 answers.
+    let (status, code) = failure(
+        c.put_object()
+            .bucket("cond")
+            .key("never-written")
+            .if_match(&etag)
+            .body(ByteStream::from(other.clone()))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+    // PUT If-None-Match with an ETag (S3 takes only *): refused, never ignored.
+    let (status, code) = failure(
+        c.put_object()
+            .bucket("cond")
+            .key("k")
+            .if_none_match(&etag)
+            .body(ByteStream::from(data.clone()))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
     assert!(get(&c, "cond", "k").await == other);
 }
 
@@ -1769,6 +1822,24 @@ fn aws_smithy_b64(b: &[u8]) -> String {
     out
 }
 
+/// Percent-decoding, as a client decodes a listing made with encoding-type=url.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap();
+            out.push(u8::from_str_radix(hex, 16).unwrap());
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
 #[tokio::test]
 async fn keys_with_special_characters() {
     let node = Node::start(NodeOptions::default());
@@ -1804,6 +1875,86 @@ async fn keys_with_special_characters() {
     let mut want: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
     want.sort();
     assert_eq!(listed, want);
+    // With encoding-type=url (what every SDK but this one sends by default) every
+    // key field comes back percent-encoded, and decodes to the key exactly.
+    let url = aws_sdk_s3::types::EncodingType::Url;
+    let v2 = c
+        .list_objects_v2()
+        .bucket("chars")
+        .encoding_type(url.clone())
+        .start_after("a b")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v2.start_after(), Some("a%20b"));
+    let decoded: Vec<String> = v2
+        .contents()
+        .iter()
+        .map(|o| unescape(o.key().unwrap()))
+        .collect();
+    let after: Vec<String> = want
+        .iter()
+        .filter(|k| k.as_str() > "a b")
+        .cloned()
+        .collect();
+    assert_eq!(decoded, after);
+    let raw: Vec<&str> = v2.contents().iter().map(|o| o.key().unwrap()).collect();
+    assert!(
+        raw.contains(&"plus%2Bsign") && raw.contains(&"percent%2520literal"),
+        "{raw:?}"
+    );
+    let v1 = c
+        .list_objects()
+        .bucket("chars")
+        .encoding_type(url.clone())
+        .delimiter("/")
+        .prefix("ünï/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v1.prefix(), Some("%C3%BCn%C3%AF/"));
+    assert_eq!(v1.marker(), Some(""));
+    let prefixes: Vec<&str> = v1
+        .common_prefixes()
+        .iter()
+        .map(|p| p.prefix().unwrap())
+        .collect();
+    assert_eq!(prefixes, ["%C3%BCn%C3%AF/c%C3%B8d%C3%A9/"]);
+    let id = c
+        .create_multipart_upload()
+        .bucket("chars")
+        .key("up load+1")
+        .send()
+        .await
+        .unwrap()
+        .upload_id()
+        .unwrap()
+        .to_string();
+    let ups = c
+        .list_multipart_uploads()
+        .bucket("chars")
+        .encoding_type(url.clone())
+        .send()
+        .await
+        .unwrap();
+    let up_keys: Vec<&str> = ups.uploads().iter().map(|u| u.key().unwrap()).collect();
+    assert_eq!(up_keys, ["up%20load%2B1"]);
+    c.abort_multipart_upload()
+        .bucket("chars")
+        .key("up load+1")
+        .upload_id(id)
+        .send()
+        .await
+        .unwrap();
+    // Any other encoding is refused, as S3 does.
+    let (status, code) = failure(
+        c.list_objects_v2()
+            .bucket("chars")
+            .encoding_type(aws_sdk_s3::types::EncodingType::from("base64"))
+            .send()
+            .await,
+    );
+    assert_eq!((status, code.as_str()), (400, "InvalidArgument"));
     // Copy from a key that needs escaping in x-amz-copy-source.
     let src = "ünï/cødé/ñ";
     c.copy_object()

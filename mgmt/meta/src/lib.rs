@@ -725,7 +725,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             need_bucket(&buckets, bucket)?;
             gc::check_written_in(tx, *written_in)?;
             let old = get_object(&objects, bucket, key)?;
-            check(cond, old.as_ref())?;
+            check(cond, old.as_ref(), key)?;
             objects.insert(
                 (bucket.as_str(), key.as_str()),
                 serde_json::to_vec(record)?.as_slice(),
@@ -813,7 +813,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             let stored = read_parts(&parts, upload_id)?;
             let record = assemble(&upload, &stored, chosen, *min_part_size, *modified_ms)?;
             let old = get_object(&objects, bucket, &upload.key)?;
-            check(cond, old.as_ref())?;
+            check(cond, old.as_ref(), &upload.key)?;
             objects.insert(
                 (bucket.as_str(), upload.key.as_str()),
                 serde_json::to_vec(&record)?.as_slice(),
@@ -930,13 +930,15 @@ fn get_object(
     }
 }
 
-fn check(cond: &Precondition, current: Option<&ObjectRecord>) -> Result<(), MetaError> {
+/// A write's conditions against the current version. If-Match on a key with no
+/// object is S3's 404 NoSuchKey, not a failed precondition.
+fn check(cond: &Precondition, current: Option<&ObjectRecord>, key: &str) -> Result<(), MetaError> {
     if cond.if_none_match_any && current.is_some() {
         return Err(MetaError::PreconditionFailed);
     }
     if let Some(want) = &cond.if_match {
         match current {
-            None => return Err(MetaError::PreconditionFailed),
+            None => return Err(MetaError::NoSuchKey(key.to_string())),
             Some(cur) if want != "*" && want.trim_matches('"') != cur.etag => {
                 return Err(MetaError::PreconditionFailed)
             }

@@ -7,6 +7,7 @@
 //! store's, so other front ends see the same objects with the same guarantees.
 
 mod auth;
+mod encoding;
 mod error;
 mod guard;
 mod ops;

@@ -1,6 +1,7 @@
 //! The S3 operations Cairn serves, each a thin translation onto the object store.
 
 use crate::auth::Keys;
+use crate::encoding::KeyEncoding;
 use crate::error::to_s3;
 use cairn_meta::{After, ObjectRecord, Precondition};
 use cairn_objects::{ObjectAttrs, ObjectStore};
@@ -54,6 +55,14 @@ fn etag(rec: &ObjectRecord) -> ETag {
     ETag::Strong(rec.etag.clone())
 }
 
+/// The object's Content-Type; S3 serves one stored without as
+/// `binary/octet-stream`.
+fn content_type(rec: &ObjectRecord) -> ContentType {
+    rec.content_type
+        .clone()
+        .unwrap_or_else(|| "binary/octet-stream".to_string())
+}
+
 fn cond_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
     match cond {
         ETagCondition::Any => true,
@@ -61,17 +70,26 @@ fn cond_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
     }
 }
 
+/// A write's conditions. S3 takes only `If-None-Match: *` on a write; any other
+/// value is refused (501) rather than ignored, since ignoring it would overwrite
+/// what the client asked to keep.
 fn precondition(
     if_match: Option<ETagCondition>,
     if_none_match: Option<ETagCondition>,
-) -> Precondition {
-    Precondition {
+) -> S3Result<Precondition> {
+    if let Some(ETagCondition::ETag(_)) = if_none_match {
+        return Err(s3_error!(
+            NotImplemented,
+            "A header you provided implies functionality that is not implemented: If-None-Match takes only * on a write"
+        ));
+    }
+    Ok(Precondition {
         if_match: if_match.map(|c| match c {
             ETagCondition::Any => "*".to_string(),
             ETagCondition::ETag(e) => e.value().to_string(),
         }),
         if_none_match_any: matches!(if_none_match, Some(ETagCondition::Any)),
-    }
+    })
 }
 
 /// S3's rules for GET/HEAD conditions: If-Match beats If-Unmodified-Since, and
@@ -95,14 +113,35 @@ fn check_read_conditions(
     }
     if let Some(c) = if_none_match {
         if cond_matches(c, rec) {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(rec));
         }
     } else if let Some(t) = if_modified_since {
         if modified <= unix_secs(t) {
-            return Err(s3_error!(NotModified));
+            return Err(not_modified(rec));
         }
     }
     Ok(())
+}
+
+/// 304 Not Modified with the validators S3 sends with it, so a cache can
+/// refresh its entry: the ETag and Last-Modified of the current version.
+fn not_modified(rec: &ObjectRecord) -> s3s::S3Error {
+    let mut e = s3_error!(NotModified);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = etag(rec).to_http_header() {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if timestamp(rec.modified_ms)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+    {
+        if let Ok(v) = http::HeaderValue::from_bytes(&date) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
 }
 
 fn attrs(content_type: Option<String>, metadata: Option<Metadata>) -> ObjectAttrs {
@@ -185,18 +224,22 @@ fn object_entry(key: String, rec: &ObjectRecord) -> Object {
     }
 }
 
-/// A listing page as S3's `Contents` and `CommonPrefixes`.
-fn listing_entries(listing: &cairn_meta::Listing) -> (Vec<Object>, Vec<CommonPrefix>) {
+/// A listing page as S3's `Contents` and `CommonPrefixes`, keys written as `enc`
+/// says.
+fn listing_entries(
+    listing: &cairn_meta::Listing,
+    enc: KeyEncoding,
+) -> (Vec<Object>, Vec<CommonPrefix>) {
     let contents = listing
         .objects
         .iter()
-        .map(|(k, r)| object_entry(k.clone(), r))
+        .map(|(k, r)| object_entry(enc.key(k.clone()), r))
         .collect();
     let prefixes = listing
         .prefixes
         .iter()
         .map(|p| CommonPrefix {
-            prefix: Some(p.clone()),
+            prefix: Some(enc.key(p.clone())),
         })
         .collect();
     (contents, prefixes)
@@ -313,7 +356,7 @@ impl S3 for CairnS3 {
                 body,
                 len,
                 attrs(input.content_type, input.metadata),
-                precondition(input.if_match, input.if_none_match),
+                precondition(input.if_match, input.if_none_match)?,
             )
             .await
             .map_err(|e| md5_error(&mismatch).unwrap_or_else(|| to_s3(e)))?;
@@ -369,7 +412,7 @@ impl S3 for CairnS3 {
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&rec)),
             last_modified: Some(timestamp(rec.modified_ms)),
-            content_type: rec.content_type.clone(),
+            content_type: Some(content_type(&rec)),
             metadata: user_meta(&rec),
             ..Default::default()
         }))
@@ -398,7 +441,7 @@ impl S3 for CairnS3 {
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&rec)),
             last_modified: Some(timestamp(rec.modified_ms)),
-            content_type: rec.content_type.clone(),
+            content_type: Some(content_type(&rec)),
             metadata: user_meta(&rec),
             ..Default::default()
         }))
@@ -537,7 +580,10 @@ impl S3 for CairnS3 {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let tenant = self.tenant(&req)?;
-        let input = req.input;
+        let mut input = req.input;
+        let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
+        // An empty delimiter is no delimiter (and is not echoed), as in S3.
+        input.delimiter = input.delimiter.filter(|d| !d.is_empty());
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = max_keys(input.max_keys)?;
         let after = match (&input.continuation_token, &input.start_after) {
@@ -558,17 +604,17 @@ impl S3 for CairnS3 {
             .await
             .map_err(to_s3)?;
         let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
-        let (contents, prefixes) = listing_entries(&listing);
+        let (contents, prefixes) = listing_entries(&listing, enc);
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(input.bucket),
-            prefix: input.prefix,
-            delimiter: input.delimiter,
+            prefix: enc.opt(input.prefix),
+            delimiter: enc.opt(input.delimiter),
             max_keys: Some(max as i32),
             key_count: Some(key_count),
             is_truncated: Some(listing.next.is_some()),
             continuation_token: input.continuation_token,
             next_continuation_token: listing.next.as_ref().map(encode_token),
-            start_after: input.start_after,
+            start_after: enc.opt(input.start_after),
             contents: (!contents.is_empty()).then_some(contents),
             common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
             encoding_type: input.encoding_type,
@@ -581,7 +627,9 @@ impl S3 for CairnS3 {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let tenant = self.tenant(&req)?;
-        let input = req.input;
+        let mut input = req.input;
+        let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
+        input.delimiter = input.delimiter.filter(|d| !d.is_empty());
         let prefix = input.prefix.clone().unwrap_or_default();
         let max = max_keys(input.max_keys)?;
         // A marker that is itself a common prefix (the NextMarker of a page that
@@ -621,15 +669,16 @@ impl S3 for CairnS3 {
         let next_marker = listing.next.as_ref().map(|a| match a {
             After::Key(k) | After::Prefix(k) => k.clone(),
         });
-        let (contents, prefixes) = listing_entries(&listing);
+        let (contents, prefixes) = listing_entries(&listing, enc);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(input.bucket),
-            prefix: input.prefix,
-            delimiter: input.delimiter,
-            marker: input.marker,
+            prefix: enc.opt(input.prefix),
+            delimiter: enc.opt(input.delimiter),
+            // Always present in S3's V1 answer, empty when none was given.
+            marker: Some(enc.key(input.marker.unwrap_or_default())),
             max_keys: Some(max as i32),
             is_truncated: Some(next_marker.is_some()),
-            next_marker,
+            next_marker: enc.opt(next_marker),
             contents: (!contents.is_empty()).then_some(contents),
             common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
             encoding_type: input.encoding_type,
@@ -731,7 +780,7 @@ impl S3 for CairnS3 {
                 &input.key,
                 &input.upload_id,
                 chosen,
-                precondition(input.if_match, input.if_none_match),
+                precondition(input.if_match, input.if_none_match)?,
             )
             .await
             .map_err(to_s3)?;
@@ -811,6 +860,7 @@ impl S3 for CairnS3 {
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         let tenant = self.tenant(&req)?;
         let input = req.input;
+        let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
         self.store
             .bucket(tenant, &input.bucket)
             .await
@@ -842,7 +892,7 @@ impl S3 for CairnS3 {
         let uploads = selected
             .into_iter()
             .map(|(id, u)| MultipartUpload {
-                key: Some(u.key),
+                key: Some(enc.key(u.key)),
                 upload_id: Some(id),
                 initiated: Some(timestamp(u.created_ms)),
                 ..Default::default()
@@ -850,12 +900,13 @@ impl S3 for CairnS3 {
             .collect();
         Ok(S3Response::new(ListMultipartUploadsOutput {
             bucket: Some(input.bucket),
-            prefix: input.prefix,
-            key_marker: input.key_marker,
+            prefix: enc.opt(input.prefix),
+            key_marker: enc.opt(input.key_marker),
             upload_id_marker: input.upload_id_marker,
             max_uploads: Some(max as i32),
             is_truncated: Some(truncated),
-            next_key_marker: next_key,
+            next_key_marker: enc.opt(next_key),
+            encoding_type: input.encoding_type,
             next_upload_id_marker: next_id,
             uploads: Some(uploads),
             ..Default::default()
