@@ -387,19 +387,47 @@ fn batch_header(b: &[u8]) -> Option<Claimed> {
     (len >= BATCH_HEADER).then_some(Claimed { len, records })
 }
 
-/// Records of a damaged batch that were not even found, because their own header
-/// is unreadable: their chunk ids are unknown, but they are lost all the same and
-/// must be counted. Exact when the batch header verifies (it says how many records
-/// it holds); otherwise a lower bound from the gaps in the seqs found, which rise
-/// by one within a batch.
-fn unreadable_records(found: &[(usize, RecordHeader, bool)], claimed: Option<&Claimed>) -> u64 {
-    match claimed {
-        Some(c) => c.records.saturating_sub(found.len() as u64),
-        None => found
-            .windows(2)
-            .map(|w| w[1].1.seq.saturating_sub(w[0].1.seq + 1))
-            .sum(),
+/// Records of a damaged stretch `region[from..to]` that were not even found,
+/// because their own header is unreadable: their chunk ids are unknown, but they
+/// are lost all the same and must be counted.
+///
+/// Exact when the batch header verifies (it says how many records it holds).
+/// Otherwise from the seqs: the stretch lies between the record before it
+/// (`last`) and the next valid batch (`next_seq`), and a drive's records take
+/// consecutive seqs, so the seqs in between that no found record has are the lost
+/// ones, also at the stretch's edges. That is exact while one segment is being
+/// written at a time; since a segment opening or a compaction elsewhere on the
+/// drive also takes seqs, the count is capped by what the stretch's unexplained
+/// bytes could hold (each record takes at least `record_len(0)`).
+fn unreadable_records(
+    region: &[u8],
+    (from, to): (usize, usize),
+    found: &[(usize, RecordHeader, bool)],
+    claimed: Option<&Claimed>,
+    (last, next_seq): (u64, u64),
+) -> u64 {
+    if let Some(c) = claimed {
+        return c.records.saturating_sub(found.len() as u64);
     }
+    let inside: u64 = found
+        .windows(2)
+        .map(|w| w[1].1.seq.saturating_sub(w[0].1.seq + 1))
+        .sum();
+    let by_seq = next_seq
+        .saturating_sub(last.saturating_add(1))
+        .saturating_sub(found.len() as u64);
+    let to = to.min(region.len());
+    let used = region[from.min(to)..to]
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p + 1);
+    let explained = BATCH_HEADER as u64
+        + found
+            .iter()
+            .map(|(_, h, _)| record_len(h.payload_len))
+            .sum::<u64>();
+    let by_bytes = (used as u64).saturating_sub(explained) / record_len(0);
+    inside.max(by_seq.min(by_bytes))
 }
 
 /// The next block boundary after `pos` holding a valid batch above `last`, with the
@@ -488,7 +516,13 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
                     .as_ref()
                     .map_or(region.len(), |c| pos.saturating_add(c.len));
                 let found = records_in(region, pos, ext, last, u64::MAX);
-                let unreadable = unreadable_records(&found, claimed.as_ref());
+                let unreadable = unreadable_records(
+                    region,
+                    (pos, ext),
+                    &found,
+                    claimed.as_ref(),
+                    (last, u64::MAX),
+                );
                 let mut kept = 0u64;
                 let mut dropped = Vec::new();
                 for (off, h, ok) in found {
@@ -523,7 +557,13 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
         let mut kept = 0;
         let mut lost_ids = Vec::new();
         let found = records_in(region, pos, stop, last, next_seq);
-        let unreadable = unreadable_records(&found, claimed.as_ref());
+        let unreadable = unreadable_records(
+            region,
+            (pos, stop),
+            &found,
+            claimed.as_ref(),
+            (last, next_seq),
+        );
         for (off, h, ok) in found {
             if out.entries.len() >= rule.max_records {
                 break;

@@ -191,31 +191,37 @@ fn records_with_unreadable_headers_are_counted_lost() {
         let s = small_batches(&b, 12);
         // Batch 4: its own header and its middle record's header (chunk 13).
         // Batch 8: only its last record's header (chunk 26).
-        let (h, r1, r2) = (
+        // Batches 2 and 10: their own header and their first (chunk 6) or last
+        // (chunk 32) record's header, so the lost record is at an edge.
+        let pokes = [
             batch_off(&s, 4) + 20,
             rec_off(&s, 4, 1) + 24,
             rec_off(&s, 8, 2) + 24,
-        );
+            batch_off(&s, 2) + 20,
+            rec_off(&s, 2, 0) + 24,
+            batch_off(&s, 10) + 20,
+            rec_off(&s, 10, 2) + 24,
+        ];
         drop(s);
         b.poke(|d| {
-            d[h] ^= 4;
-            d[r1] ^= 4;
-            d[r2] ^= 4;
+            for p in pokes {
+                d[p] ^= 4;
+            }
         });
         let mut s = b.open();
-        // Batch 4's count comes from the seq gap between chunks 12 and 14; batch
-        // 8's from its header, which says 3 records.
+        // Batch 8's count comes from its header, which says 3 records; the
+        // others' from the seqs between the neighbouring batches.
         assert_eq!(
             counts(&s.report()),
             Counts {
-                corrupt_batches: 2,
-                corrupt_records: 2,
-                salvaged: 4,
+                corrupt_batches: 4,
+                corrupt_records: 4,
+                salvaged: 8,
                 ..Counts::default()
             }
         );
         for n in 0..36u128 {
-            if n == 13 || n == 26 {
+            if [6, 13, 26, 32].contains(&n) {
                 assert!(gone(&mut s, n), "chunk {n} served");
             } else {
                 assert_has(&mut s, n, SMALL);

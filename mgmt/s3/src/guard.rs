@@ -111,58 +111,98 @@ impl Body for GuardedBody {
     }
 }
 
-/// How long a presigned request says it stays valid, when that is over S3's
-/// limit of a week.
+/// Why a presigned request is refused before its signature is checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PresignRefusal {
+    /// Valid for this many seconds, more than a week.
+    TooLong { param: &'static str, secs: u64 },
+    /// An expiry that is not a number of seconds.
+    NotANumber { param: &'static str },
+}
+
+/// Checks how long a presigned request says it stays valid; `Some` when it is
+/// over S3's week, or not a number.
 ///
 /// SigV4 says it in `X-Amz-Expires` (seconds from its signing time). SigV2 query
 /// auth (`AWSAccessKeyId`/`Signature`/`Expires`: what boto3's
 /// `generate_presigned_url` and `aws s3 presign` produce at their defaults) says
-/// only when it ends (`Expires`, Unix seconds) and not when it was signed, so its
-/// remaining lifetime from `now` is what is capped: a URL signed for more than a
-/// week is refused until it is within a week of its end. AWS itself puts no cap on
-/// SigV2, but a URL that cannot be revoked short of rotating the key should not
-/// outlive the limit we promise for SigV4.
-pub fn presigned_expiry_over_limit(query: Option<&str>, now_unix: u64) -> Option<u64> {
-    let param = |name: &str| {
-        query?
-            .split('&')
-            .filter_map(|kv| kv.split_once('='))
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v)
-    };
-    let secs = match param("X-Amz-Expires") {
-        Some(v) => v.parse::<u64>().ok()?,
-        None if param("Signature").is_some() => param("Expires")?
-            .parse::<u64>()
-            .ok()?
-            .saturating_sub(now_unix),
-        None => return None,
-    };
-    (secs > MAX_PRESIGNED_EXPIRY).then_some(secs)
+/// only when it ends (`Expires`, Unix seconds), so its *remaining* lifetime from
+/// `now` is what is capped: a URL signed for more than a week is refused until it
+/// is within a week of its end. AWS puts no cap on SigV2, but a URL that cannot be
+/// revoked short of rotating the key should not outlive the limit we promise.
+///
+/// The query is read as s3s reads it before checking the signature (decoded by
+/// `form_urlencoded`, names matched exactly), and every occurrence of each
+/// parameter is checked whatever the signature version, so neither encoding a
+/// name or value, nor repeating one, nor adding the other version's parameter
+/// (SigV2 does not sign `X-Amz-Expires`) slips a long-lived URL past the check.
+/// It fails closed: an expiry that is not a number is refused.
+pub fn presigned_refusal(query: Option<&str>, now_unix: u64) -> Option<PresignRefusal> {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query?.as_bytes())
+        .into_owned()
+        .collect();
+    fn values<'a>(pairs: &'a [(String, String)], name: &'a str) -> impl Iterator<Item = &'a str> {
+        pairs
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    for v in values(&pairs, "X-Amz-Expires") {
+        let param = "X-Amz-Expires";
+        match v.parse::<u64>() {
+            Ok(secs) if secs > MAX_PRESIGNED_EXPIRY => {
+                return Some(PresignRefusal::TooLong { param, secs })
+            }
+            Ok(_) => {}
+            Err(_) => return Some(PresignRefusal::NotANumber { param }),
+        }
+    }
+    if values(&pairs, "Signature").next().is_some() {
+        for v in values(&pairs, "Expires") {
+            let param = "Expires";
+            match v.parse::<u64>() {
+                Ok(end) if end.saturating_sub(now_unix) > MAX_PRESIGNED_EXPIRY => {
+                    return Some(PresignRefusal::TooLong {
+                        param,
+                        secs: end - now_unix,
+                    })
+                }
+                Ok(_) => {}
+                Err(_) => return Some(PresignRefusal::NotANumber { param }),
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn too_long(param: &'static str, secs: u64) -> Option<PresignRefusal> {
+        Some(PresignRefusal::TooLong { param, secs })
+    }
+
     #[test]
     fn presigned_expiry_is_capped_at_a_week() {
-        let q = |s: &str| presigned_expiry_over_limit(Some(s), 1_000_000);
+        let q = |s: &str| presigned_refusal(Some(s), 1_000_000);
         assert_eq!(
             q("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=604800"),
             None
         );
-        assert_eq!(q("X-Amz-Expires=604801&x=1"), Some(604801));
-        assert_eq!(q("x-amz-expires=691200"), Some(691200));
+        assert_eq!(
+            q("X-Amz-Expires=604801&x=1"),
+            too_long("X-Amz-Expires", 604801)
+        );
         assert_eq!(q("list-type=2"), None);
-        assert_eq!(presigned_expiry_over_limit(None, 0), None);
+        assert_eq!(presigned_refusal(None, 0), None);
     }
 
     #[test]
     fn sigv2_presigned_urls_are_capped_by_their_remaining_lifetime() {
         let now = 1_700_000_000;
         let v2 = |expires: u64| {
-            presigned_expiry_over_limit(
+            presigned_refusal(
                 Some(&format!(
                     "AWSAccessKeyId=AK&Signature=abc%3D&Expires={expires}"
                 )),
@@ -171,14 +211,70 @@ mod tests {
         };
         assert_eq!(v2(now + 3600), None);
         assert_eq!(v2(now + MAX_PRESIGNED_EXPIRY), None);
-        assert_eq!(v2(now + MAX_PRESIGNED_EXPIRY + 1), Some(604_801));
-        assert_eq!(v2(now + 3650 * 86_400), Some(3650 * 86_400));
+        assert_eq!(
+            v2(now + MAX_PRESIGNED_EXPIRY + 1),
+            too_long("Expires", 604_801)
+        );
+        assert_eq!(v2(now + 3650 * 86_400), too_long("Expires", 3650 * 86_400));
         // Already past: not this guard's business (the signature check refuses it).
         assert_eq!(v2(now - 10), None);
         // `Expires` without a V2 signature is some other parameter.
+        assert_eq!(presigned_refusal(Some("Expires=99999999999"), now), None);
+    }
+
+    #[test]
+    fn rewriting_the_query_does_not_get_past_the_cap() {
+        // The rewrites an outside test used to get 10-year URLs served: every
+        // one decodes, as s3s decodes it, to a URL that is too long-lived.
+        let now = 1_700_000_000;
+        let end = now + 3650 * 86_400;
+        let ten_years = too_long("Expires", 3650 * 86_400);
+        let v2 = |q: String| presigned_refusal(Some(&q), now);
+        let base = format!("AWSAccessKeyId=AK&Signature=abc&Expires={end}");
+        // SigV2 does not sign X-Amz-Expires: adding it must not skip `Expires`.
+        assert_eq!(v2(format!("{base}&X-Amz-Expires=1")), ten_years);
+        // Encoded names and values.
         assert_eq!(
-            presigned_expiry_over_limit(Some("Expires=99999999999"), now),
-            None
+            v2(format!("AWSAccessKeyId=AK&Signature=abc&%45xpires={end}")),
+            ten_years
+        );
+        assert_eq!(
+            v2(format!("AWSAccessKeyId=AK&%53ignature=abc&Expires={end}")),
+            ten_years
+        );
+        let enc: String = end
+            .to_string()
+            .bytes()
+            .map(|b| format!("%{b:02X}"))
+            .collect();
+        assert_eq!(
+            v2(format!("AWSAccessKeyId=AK&Signature=abc&Expires={enc}")),
+            ten_years
+        );
+        // Repeated: every occurrence counts.
+        assert_eq!(v2(format!("{base}&Expires={}", now + 60)), ten_years);
+        // SigV4 encodings of the name and of the value.
+        let v4 = |q: &str| presigned_refusal(Some(q), now);
+        assert_eq!(
+            v4("X-Amz-%45xpires=604801&X-Amz-Signature=s"),
+            too_long("X-Amz-Expires", 604_801)
+        );
+        assert_eq!(
+            v4("X-Amz-Expires=%36%30%34%38%30%31&X-Amz-Signature=s"),
+            too_long("X-Amz-Expires", 604_801)
+        );
+        // Not a number: refused, not waved through.
+        assert_eq!(
+            v4("X-Amz-Expires=x&X-Amz-Signature=s"),
+            Some(PresignRefusal::NotANumber {
+                param: "X-Amz-Expires"
+            })
+        );
+        assert_eq!(
+            v2(format!("{base}&X-Amz-Expires=x")),
+            Some(PresignRefusal::NotANumber {
+                param: "X-Amz-Expires"
+            })
         );
     }
 }

@@ -93,18 +93,14 @@ async fn guarded(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    if let Some(secs) = guard::presigned_expiry_over_limit(req.uri().query(), now) {
-        // AWS's answer to SigV4, word for word; SigV2 gets the same code.
-        let message = if req
-            .uri()
-            .query()
-            .is_some_and(|q| q.contains("X-Amz-Expires"))
-        {
-            format!(
-                "X-Amz-Expires must be less than a week (in seconds) that is 604800; it is {secs}"
-            )
-        } else {
-            format!("Expires must be less than a week (in seconds) that is 604800 from now; it is {secs}")
+    if let Some(refusal) = guard::presigned_refusal(req.uri().query(), now) {
+        // AWS's answers to SigV4, word for word; SigV2 gets the same code.
+        let message = match refusal {
+            guard::PresignRefusal::TooLong { param, secs } => format!(
+                "{param} must be less than a week (in seconds) that is 604800{}; it is {secs}",
+                if param == "Expires" { " from now" } else { "" }
+            ),
+            guard::PresignRefusal::NotANumber { param } => format!("{param} should be a number"),
         };
         let xml = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>{message}</Message></Error>"
