@@ -66,7 +66,7 @@ fn start() -> (Node, String) {
         .to_string();
     let addr: &'static str = Box::leak(port.clone().into_boxed_str());
     let node = Node::start(NodeOptions {
-        mgmtd_env: vec![("CAIRN_RESP", addr)],
+        mgmtd_env: vec![("CAIRN_RESP", addr), ("CAIRN_RESP_MAX_CLIENTS", "8")],
         ..Default::default()
     });
     (node, port)
@@ -79,9 +79,62 @@ async fn resp_end_to_end() {
     pipelining(&addr).await;
     large_value(&addr).await;
     malformed_input(&addr).await;
+    too_many_clients(&addr).await;
     // Still serving, with what was stored before the bad input.
     let mut s = connect(&addr).await;
     check(&mut s, &[b"GET", b"kept"], b"$4\r\nkept\r\n").await;
+}
+
+/// With 8 clients connected (the node's cap in this test), a ninth is told so
+/// and closed; once one leaves, a new one is served.
+async fn too_many_clients(addr: &str) {
+    // Connections of the earlier steps may still be ending on the server: a
+    // refusal while they do is retried.
+    let mut held = Vec::new();
+    while held.len() < 8 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&encode(&[
+            b"AUTH",
+            ACCESS_KEY.as_bytes(),
+            SECRET_KEY.as_bytes(),
+        ]))
+        .await
+        .unwrap();
+        let mut got = vec![0u8; 5];
+        s.read_exact(&mut got).await.unwrap();
+        if got == b"+OK\r\n" {
+            held.push(s);
+        } else {
+            assert_eq!(&got, b"-ERR ", "AUTH reply");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let mut extra = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(
+        read_to_close(&mut extra).await,
+        b"-ERR max number of clients reached\r\n"
+    );
+    for s in &mut held {
+        check(s, &[b"PING"], b"+PONG\r\n").await;
+    }
+    held.pop();
+    // The server notices the close when it next accepts: retry briefly.
+    let mut served = false;
+    for _ in 0..50 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&encode(&[b"PING"])).await.unwrap();
+        let mut got = vec![0u8; 7];
+        if tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut got))
+            .await
+            .is_ok_and(|r| r.is_ok())
+            && got == b"+PONG\r\n"
+        {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "a client after one left was not served");
 }
 
 async fn auth_and_commands(addr: &str) {

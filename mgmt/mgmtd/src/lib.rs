@@ -76,6 +76,8 @@ pub struct Config {
     pub admin: SocketAddr,
     /// Set: RESP (Redis protocol) served here, over the same objects as S3.
     pub resp: Option<SocketAddr>,
+    /// RESP connections served at once (more are refused, as Redis's maxclients).
+    pub resp_max_clients: usize,
     /// The node's datapathd chunk service.
     pub datapath: String,
     /// The node-local chunk key file shared with datapathd (created if missing).
@@ -262,6 +264,7 @@ async fn run_cluster(
         let (s3_stop, resp_stop) = (stopped(stop_rx.clone()), stopped(stop_rx.clone()));
         let store_cfg = cfg.store.clone();
         let root_key = root.access_key.clone();
+        let resp_max_clients = cfg.resp_max_clients;
         async move {
             let store = tokio::select! {
                 s = node.become_member(meta, local, store_cfg, alone) => s,
@@ -282,6 +285,7 @@ async fn run_cluster(
                         store.clone(),
                         keys.clone(),
                         root_key,
+                        resp_max_clients,
                         resp_stop,
                     );
                     let s3 = cairn_s3::serve(s3_listener, store, keys, s3_stop);

@@ -27,13 +27,17 @@ pub(crate) async fn serve(
     store: Arc<ObjectStore>,
     keys: cairn_s3::Keys,
     root_access_key: String,
+    max_clients: usize,
     stop: impl std::future::Future<Output = ()>,
 ) {
     let Some(listener) = listener else { return };
     if let Ok(a) = listener.local_addr() {
         tracing::info!(resp_addr = %a, "RESP serving");
     }
-    let cfg = cairn_resp::RespConfig::new(keys, root_access_key);
+    let cfg = cairn_resp::RespConfig {
+        max_clients,
+        ..cairn_resp::RespConfig::new(keys, root_access_key)
+    };
     if let Err(e) = cairn_resp::serve(listener, store, cfg, stop).await {
         tracing::error!("RESP stopped: {e}");
     }

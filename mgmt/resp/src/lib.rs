@@ -45,6 +45,10 @@ pub struct RespConfig {
     /// The access key `AUTH pass` (no user) stands for: the root key.
     pub default_user: String,
     pub limits: Limits,
+    /// Connections served at once; one more is told so and closed, as Redis
+    /// does at `maxclients` (so a flood of idle connections cannot take every
+    /// file descriptor and task of the node).
+    pub max_clients: usize,
 }
 
 impl RespConfig {
@@ -57,6 +61,7 @@ impl RespConfig {
                 max_value: 512 << 20,
                 max_command: 1 << 30,
             },
+            max_clients: 10_000,
         }
     }
 }
@@ -86,14 +91,27 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = socket.set_nodelay(true);
+        // Reap finished connections first, so only live ones count.
+        while conns.try_join_next().is_some() {}
+        if conns.len() >= cfg.max_clients {
+            tracing::warn!(%peer, max = cfg.max_clients, "RESP connection refused: too many clients");
+            // Not one of `conns`: a refusal is not a client to drain.
+            tokio::spawn(async move {
+                let mut socket = socket;
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_secs(1),
+                    socket.write_all(b"-ERR max number of clients reached\r\n"),
+                )
+                .await;
+            });
+            continue;
+        }
         let (store, cfg, stop) = (store.clone(), cfg.clone(), stop_rx.clone());
         conns.spawn(async move {
             if let Err(e) = connection(socket, store, cfg, stop).await {
                 tracing::debug!(%peer, "RESP connection ended: {e}");
             }
         });
-        // Reap finished connections so the set does not grow with every client.
-        while conns.try_join_next().is_some() {}
     }
     let _ = stop_tx.send(true);
     let drain = async { while conns.join_next().await.is_some() {} };

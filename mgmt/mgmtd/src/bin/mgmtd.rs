@@ -23,6 +23,10 @@ struct Args {
     /// RESP (Redis protocol) listen address; RESP is off without it.
     #[arg(long, env = "CAIRN_RESP")]
     resp: Option<SocketAddr>,
+    /// RESP connections served at once; one more is answered "-ERR max number of
+    /// clients reached" and closed (Redis's maxclients).
+    #[arg(long, env = "CAIRN_RESP_MAX_CLIENTS", default_value_t = 10_000)]
+    resp_max_clients: usize,
     /// The node's datapathd chunk service.
     #[arg(long)]
     datapath: String,
@@ -138,6 +142,7 @@ async fn main() -> std::process::ExitCode {
         s3: args.s3,
         admin: args.admin,
         resp: args.resp,
+        resp_max_clients: args.resp_max_clients.max(1),
         datapath: args.datapath.clone(),
         datapath_key: args.datapath_key,
         store,
