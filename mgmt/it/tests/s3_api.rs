@@ -259,6 +259,14 @@ async fn objects_round_trip_every_size_class() {
         .await
         .unwrap();
     assert_eq!(head.content_type(), Some("binary/octet-stream"));
+    // Every answer carries S3's request ids, errors too.
+    use aws_sdk_s3::operation::RequestId;
+    assert!(head.request_id().is_some_and(|id| id.len() == 16));
+    let missing = c.head_object().bucket("objs").key("nope").send().await;
+    assert!(missing
+        .err()
+        .and_then(|e| e.request_id().map(str::to_string))
+        .is_some());
 
     // Overwrite replaces bytes, size and metadata, in both directions between the
     // replicated and the erasure-coded layout.

@@ -114,5 +114,21 @@ async fn guarded(
         return Ok(resp);
     }
     let req = req.map(|b| s3s::Body::http_body(guard::GuardedBody::new(b)));
-    svc.call(req).await
+    let mut resp = svc.call(req).await?;
+    request_ids(resp.headers_mut());
+    Ok(resp)
+}
+
+/// `x-amz-request-id` and `x-amz-id-2` on every answer, as S3 sends them: SDKs
+/// log and surface them (`request_id()`), and support asks for them. Random per
+/// request; Cairn keeps no log keyed by them yet.
+fn request_ids(headers: &mut http::HeaderMap) {
+    let id: [u8; 8] = rand::random();
+    let id2: [u8; 24] = rand::random();
+    if let Ok(v) = http::HeaderValue::from_str(&hex::encode_upper(id)) {
+        headers.entry("x-amz-request-id").or_insert(v);
+    }
+    if let Ok(v) = http::HeaderValue::from_str(&hex::encode(id2)) {
+        headers.entry("x-amz-id-2").or_insert(v);
+    }
 }
