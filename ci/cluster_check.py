@@ -249,16 +249,7 @@ def main():
     for v in victims:
         c.start(v)
     t = time.time()
-    while True:
-        try:
-            st = c.status(survivors[0])
-            if st["fully_protected"] and all(n["state"] == "up" for n in st["nodes"]):
-                break
-        except subprocess.CalledProcessError:
-            pass
-        if time.time() - t > a.protect_timeout:
-            sys.exit(f"FAIL: not fully protected {a.protect_timeout:.0f} s after restart: {st}")
-        time.sleep(1)
+    st = wait_protected(c, survivors[0], a.protect_timeout, "restart")
     print(f"nodes back: full protection after {time.time()-t:.1f} s: {st['objects']}", flush=True)
     read_all([n["node"] for n in nodes], "after restart")
     scrub_check(c, nodes)
@@ -399,6 +390,23 @@ def resp_check(nodes, key, secret):
           "node at once, and its DEL seen everywhere", flush=True)
 
 
+def wait_protected(c, node, timeout, after, also=lambda: True):
+    """Until `node`'s cluster status says every node is up and every object fully
+    protected (and `also()` holds); returns that status. Fails the check after
+    `timeout` seconds."""
+    t, st = time.time(), None
+    while True:
+        try:
+            st = c.status(node)
+            if st["fully_protected"] and all(n["state"] == "up" for n in st["nodes"]) and also():
+                return st
+        except Exception:  # nodes starting: status fails, S3 refuses or answers 503
+            pass
+        if time.time() - t > timeout:
+            sys.exit(f"FAIL: not fully protected {timeout:.0f} s after {after}: {st}")
+        time.sleep(1)
+
+
 def stop_drains_check(c, nodes, clients, bucket, timeout):
     """A node stopped gently (SIGTERM) finishes the upload it is receiving: a PUT
     whose body is still arriving when `nodectl dev stop` is given answers 200, and
@@ -426,18 +434,9 @@ def stop_drains_check(c, nodes, clients, bucket, timeout):
         sys.exit("FAIL: the PUT drained at stop reads back different bytes")
     c.start(node)
     t0 = time.time()
-    while True:
-        try:
-            # Served through the restarted node itself, and the cluster whole.
-            back = clients[node].get_object(Bucket=bucket, Key="drained")["Body"].read() == data
-            st = c.status(nodes[0]["node"])
-            if back and st["fully_protected"] and all(n["state"] == "up" for n in st["nodes"]):
-                break
-        except Exception:  # the node is starting: refused connections, 503s
-            pass
-        if time.time() - t0 > timeout:
-            sys.exit(f"FAIL: node {node} not back {timeout:.0f} s after a gentle stop")
-        time.sleep(1)
+    # Served through the restarted node itself, and the cluster whole.
+    wait_protected(c, nodes[0]["node"], timeout, "a gentle stop", also=lambda:
+                   clients[node].get_object(Bucket=bucket, Key="drained")["Body"].read() == data)
     print(f"gentle stop: node {node} finished a 6 MiB PUT in flight (200, read back through "
           f"node {nodes[0]['node']}), stopped in {stopped_in:.1f} s, back in "
           f"{time.time()-t0:.1f} s", flush=True)

@@ -109,8 +109,9 @@ def write(endpoint, manifest):
     for k in listed:
         check(s3.get_object(Bucket="py-keys", Key=k)["Body"].read() == k.encode(), f"listed key {k!r} reads its object")
         s3.delete_object(Bucket="py-keys", Key=k)
+    left = s3.list_objects_v2(Bucket="py-keys").get("KeyCount", -1)
+    check(left == 0, f"deleting every listed key emptied the bucket ({left} left)")
     s3.delete_bucket(Bucket="py-keys")
-    check(True, "deleting every listed key emptied the bucket")
     # Security.
     bad = client(endpoint, secret="wrong-secret-0123456789")
     expect_error("SignatureDoesNotMatch", lambda: bad.list_buckets(), "wrong secret refused")

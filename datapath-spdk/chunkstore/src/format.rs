@@ -370,26 +370,38 @@ impl BatchHeader {
         b[28..32].copy_from_slice(&c.to_le_bytes());
         b
     }
+
+    /// The header at the start of `b`, if its magic, checksum and version hold
+    /// (the batch's body is not checked: see [`parse_batch`]).
+    pub fn decode(b: &[u8]) -> Result<Self, StoreError> {
+        let r = R(b);
+        if r.arr::<4>(0)? != BATCH_MAGIC {
+            return Err(malformed("bad batch magic"));
+        }
+        r.crc_ok(28)?;
+        if r.u16(4)? != FORMAT_VERSION {
+            return Err(malformed("unsupported batch version"));
+        }
+        Ok(BatchHeader {
+            records: r.u32(8)?,
+            len: r.u32(12)?,
+            first_seq: r.u64(16)?,
+            body_crc: r.u32(24)?,
+        })
+    }
 }
 
 /// Parses a whole batch at the start of `b`: its header, the checksum over the whole
 /// batch (so a torn write is rejected as a unit) and every record in it, whose seqs
 /// must rise. Returns the records with their offsets in `b`, and the batch length.
 pub fn parse_batch(b: &[u8]) -> Result<(Vec<(usize, RecordHeader)>, usize), StoreError> {
-    let r = R(b);
-    if r.arr::<4>(0)? != BATCH_MAGIC {
-        return Err(malformed("bad batch magic"));
-    }
-    r.crc_ok(28)?;
-    if r.u16(4)? != FORMAT_VERSION {
-        return Err(malformed("unsupported batch version"));
-    }
-    let count = r.u32(8)? as usize;
-    let len = r.u32(12)? as usize;
+    let h = BatchHeader::decode(b)?;
+    let count = h.records as usize;
+    let len = h.len as usize;
     let body = b
         .get(BATCH_HEADER..len.max(BATCH_HEADER))
         .ok_or(malformed("batch runs past the buffer"))?;
-    if crc(body) != r.u32(24)? {
+    if crc(body) != h.body_crc {
         return Err(malformed("batch checksum mismatch"));
     }
     if count > len / RECORD_HEADER {

@@ -368,23 +368,10 @@ fn batch_at(region: &[u8], pos: usize, last: u64) -> Option<(Vec<(usize, RecordH
 }
 
 /// What a batch header at the start of `b` claims, if the header verifies.
-struct Claimed {
-    /// Bytes of header plus records.
-    len: usize,
-    records: u64,
-}
-
-fn batch_header(b: &[u8]) -> Option<Claimed> {
-    if b.get(..4)? != BATCH_MAGIC {
-        return None;
-    }
-    let h = b.get(..BATCH_HEADER)?;
-    if crc32c::crc32c(&h[..28]) != u32::from_le_bytes(h[28..32].try_into().ok()?) {
-        return None;
-    }
-    let records = u32::from_le_bytes(h[8..12].try_into().ok()?) as u64;
-    let len = u32::from_le_bytes(h[12..16].try_into().ok()?) as usize;
-    (len >= BATCH_HEADER).then_some(Claimed { len, records })
+fn batch_header(b: &[u8]) -> Option<BatchHeader> {
+    BatchHeader::decode(b)
+        .ok()
+        .filter(|h| h.len as usize >= BATCH_HEADER)
 }
 
 /// Records of a damaged stretch `region[from..to]` that were not even found,
@@ -403,11 +390,11 @@ fn unreadable_records(
     region: &[u8],
     (from, to): (usize, usize),
     found: &[(usize, RecordHeader, bool)],
-    claimed: Option<&Claimed>,
+    claimed: Option<&BatchHeader>,
     (last, next_seq): (u64, u64),
 ) -> u64 {
     if let Some(c) = claimed {
-        return c.records.saturating_sub(found.len() as u64);
+        return u64::from(c.records).saturating_sub(found.len() as u64);
     }
     let inside: u64 = found
         .windows(2)
@@ -514,7 +501,7 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
                 // costs only the chunk it hit.
                 let ext = claimed
                     .as_ref()
-                    .map_or(region.len(), |c| pos.saturating_add(c.len));
+                    .map_or(region.len(), |c| pos.saturating_add(c.len as usize));
                 let found = records_in(region, pos, ext, last, u64::MAX);
                 let unreadable = unreadable_records(
                     region,
@@ -549,7 +536,7 @@ fn scan(region: &[u8], rule: &ScanRule<'_>) -> Scan {
         // A damaged batch: skip it by its own length when its header verifies, else
         // to the next valid batch; keep every record in it that verifies.
         let stop = match &claimed {
-            Some(c) => round_block(pos.saturating_add(c.len) as u64)
+            Some(c) => round_block(pos.saturating_add(c.len as usize) as u64)
                 .clamp((pos + BLOCK) as u64, next as u64) as usize,
             None => next,
         };

@@ -99,8 +99,9 @@ pub struct Report {
     pub corrupt_batches_at_open: u64,
     /// Records lost in damaged batches: those whose header verified but whose
     /// payload did not (their chunk ids are logged), and those whose own header is
-    /// unreadable (ids unknown; exact when the batch header verifies, else the gaps
-    /// in the seqs found).
+    /// unreadable (ids unknown; exact when the batch header verifies, else the seqs
+    /// between the neighbouring valid batches that no record found has, capped by
+    /// what the damaged bytes could hold).
     pub corrupt_records_at_open: u64,
     /// Records kept from inside damaged batches.
     pub salvaged_records_at_open: u64,

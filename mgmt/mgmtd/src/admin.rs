@@ -117,10 +117,6 @@ impl App {
         })
     }
 
-    fn cluster(&self) -> Result<Arc<ClusterNode>, Failure> {
-        Ok(self.node.clone())
-    }
-
     /// The cluster is this node alone (a single-node appliance): its drives are
     /// the cluster's, so `status` can say what its own datapathd says of them.
     fn alone(&self) -> bool {
@@ -201,17 +197,17 @@ async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeS
     // cluster member lists every drive of the cluster by cluster-wide id, through
     // the fabric, with state and space only.
     let alone = app.alone();
-    let reports = match alone {
-        true => app
-            .local
+    let reports = if alone {
+        app.local
             .drives()
             .await
-            .map_err(|f| f.message().to_string()),
-        false => store
+            .map_err(|f| f.message().to_string())
+    } else {
+        store
             .drive_reports()
             .await
             .map(|r| r.into_iter().map(drive_status).collect())
-            .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string())
     };
     // A single node counts its objects short of protection here (a member's
     // count is the cluster's, in `cluster status`), by the drive states just
@@ -324,7 +320,7 @@ async fn cluster_init(
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
     let Json(req) = body?;
-    let node = app.cluster()?;
+    let node = &app.node;
     let (k, m) = parse_ec(req.ec.as_deref().unwrap_or("4+2"))?;
     let replicas = req.replicas.unwrap_or(3);
     if replicas == 0 {
@@ -353,7 +349,7 @@ async fn cluster_join(
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
     let Json(req) = body?;
-    let node = app.cluster()?;
+    let node = &app.node;
     if node.cluster.is_member() {
         return Err(Failure::new(
             ErrorKind::Conflict,
@@ -378,7 +374,7 @@ async fn cluster_status(
     headers: HeaderMap,
 ) -> Result<Json<ClusterStatus>, Failure> {
     app.check(&headers)?;
-    let node = app.cluster()?;
+    let node = &app.node;
     Ok(Json(node.status().await?))
 }
 
@@ -387,7 +383,7 @@ async fn cluster_token(
     headers: HeaderMap,
 ) -> Result<Json<TokenReply>, Failure> {
     app.check(&headers)?;
-    let node = app.cluster()?;
+    let node = &app.node;
     let token = node.cluster.token()?;
     Ok(Json(TokenReply {
         cluster_id: node.cluster.map().cluster_id.clone(),
@@ -403,7 +399,7 @@ async fn cluster_drain(
 ) -> Result<Json<u64>, Failure> {
     app.check(&headers)?;
     let Json(req) = body?;
-    let node = app.cluster()?;
+    let node = &app.node;
     let id = resolve_node(&node.cluster.map(), &req.node)?;
     Ok(Json(node.drain(id).await?))
 }
@@ -415,7 +411,7 @@ async fn cluster_remove(
 ) -> Result<Json<bool>, Failure> {
     app.check(&headers)?;
     let Json(req) = body?;
-    let node = app.cluster()?;
+    let node = &app.node;
     let id = resolve_node(&node.cluster.map(), &req.node)?;
     node.remove(id, req.force).await?;
     Ok(Json(true))

@@ -635,7 +635,7 @@ impl S3 for CairnS3 {
         // A marker that is itself a common prefix (the NextMarker of a page that
         // ended on one) resumes past every key under it: those keys sort after the
         // marker and would otherwise roll up into the same prefix again.
-        let delimiter = input.delimiter.as_deref().filter(|d| !d.is_empty());
+        let delimiter = input.delimiter.as_deref();
         let after = input
             .marker
             .clone()
