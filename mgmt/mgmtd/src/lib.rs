@@ -236,19 +236,6 @@ async fn run_cluster(
     let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
     let resp_listener = resp::bind(cfg.resp).await?;
     let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
-    if let Some(p) = &cfg.ready_file {
-        let mut body = serde_json::json!({
-            "s3": s3_addr.to_string(),
-            "admin": admin_addr.to_string(),
-            "internal": internal_addr.to_string(),
-            "node_id": cluster::id_hex(c.id()),
-        });
-        if let Some(a) = resp_addr {
-            body["resp"] = a.to_string().into();
-        }
-        write_atomic(p, body.to_string().as_bytes())?;
-    }
-    tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up; S3 waits for membership");
     let mut keys = HashMap::new();
     keys.insert(
         root.access_key.clone(),
@@ -297,6 +284,29 @@ async fn run_cluster(
             }
         }
     });
+    // A single node is ready once it serves (its store built, orphans collected),
+    // as it was before it was a cluster of one: what waits on the ready file
+    // (nodectl, tests, the image) may call S3 and `status` at once. A member
+    // that has yet to join is ready as soon as its admin API answers, since
+    // joining it takes that API.
+    if alone {
+        while node.store.get().is_none() && !s3_task.is_finished() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    if let Some(p) = &cfg.ready_file {
+        let mut body = serde_json::json!({
+            "s3": s3_addr.to_string(),
+            "admin": admin_addr.to_string(),
+            "internal": internal_addr.to_string(),
+            "node_id": cluster::id_hex(c.id()),
+        });
+        if let Some(a) = resp_addr {
+            body["resp"] = a.to_string().into();
+        }
+        write_atomic(p, body.to_string().as_bytes())?;
+    }
+    tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up");
     wait_for_signal().await;
     tracing::info!("mgmtd stopping");
     let _ = stop_tx.send(true);
