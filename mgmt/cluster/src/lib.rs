@@ -14,12 +14,14 @@
 //! The modules follow the layer's concerns, so each can be read on its own:
 //! `node` (this node's id, Raft instance and applied map), `transport` (its TLS
 //! identity and peer connections), `join` (creating a cluster or entering one),
-//! `propose` and `barrier` (writes and reads through the leader), `heartbeat`
+//! `propose` and `barrier` (writes and reads through the leader), `election`
+//! (when a voter campaigns: after a pre-vote), `heartbeat`
 //! and `voters` (the background duties: reports, failure detection, voter
 //! management), `status` (the view for operators), and `routes` and `internal`
 //! (the API members speak to each other).
 
 mod barrier;
+mod election;
 mod error;
 mod heartbeat;
 mod internal;

@@ -40,12 +40,34 @@ fn w<E: std::error::Error + 'static>(e: E) -> StorageError {
 
 impl LogStore {
     pub fn open(path: &Path) -> Result<LogStore, redb::Error> {
-        let db = Database::create(path)?;
-        let tx = db.begin_write()?;
-        tx.open_table(LOG)?;
-        tx.open_table(STATE)?;
-        tx.commit()?;
+        // Created atomically: a crash while the file is new leaves no file that no
+        // start can open.
+        let db = cairn_sysutil::open_or_create(path, |p| -> Result<Database, redb::Error> {
+            let db = Database::create(p)?;
+            let tx = db.begin_write()?;
+            tx.open_table(LOG)?;
+            tx.open_table(STATE)?;
+            tx.commit()?;
+            Ok(db)
+        })?;
         Ok(LogStore { db: Arc::new(db) })
+    }
+
+    /// The id of the last entry on disk (or of the last purged one when the log is
+    /// empty): what a vote compares.
+    pub(crate) fn last_log_id(&self) -> Result<Option<LogId>, StorageError> {
+        let purged: Option<LogId> = self.get_state("purged")?;
+        let tx = self.db.begin_read().map_err(r)?;
+        let t = tx.open_table(LOG).map_err(r)?;
+        let last = match t.last().map_err(r)? {
+            Some((_, v)) => Some(
+                serde_json::from_slice::<Entry>(v.value())
+                    .map_err(r)?
+                    .log_id,
+            ),
+            None => purged,
+        };
+        Ok(last)
     }
 
     fn get_state<T: serde::de::DeserializeOwned>(
@@ -91,20 +113,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = LogStore;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let purged: Option<LogId> = self.get_state("purged")?;
-        let tx = self.db.begin_read().map_err(r)?;
-        let t = tx.open_table(LOG).map_err(r)?;
-        let last = match t.last().map_err(r)? {
-            Some((_, v)) => Some(
-                serde_json::from_slice::<Entry>(v.value())
-                    .map_err(r)?
-                    .log_id,
-            ),
-            None => purged,
-        };
         Ok(LogState {
-            last_purged_log_id: purged,
-            last_log_id: last,
+            last_purged_log_id: self.get_state("purged")?,
+            last_log_id: self.last_log_id()?,
         })
     }
 

@@ -1,5 +1,6 @@
 //! This node's membership: its id, its Raft instance and the map it has applied.
 
+use crate::election;
 use crate::error::raft_err;
 use crate::state_machine::{Shared, StateMachine};
 use crate::types::Raft;
@@ -36,6 +37,10 @@ pub struct Cluster {
     pub(crate) cfg: ClusterConfig,
     /// The leader's failure detector: when each node last reported.
     pub(crate) seen: Mutex<HashMap<NodeId, Instant>>,
+    /// The Raft log, read by pre-votes (openraft holds a clone).
+    pub(crate) log: log_store::LogStore,
+    /// When a leader this node follows last spoke to it (see `election`).
+    pub(crate) leader_contact: Mutex<Instant>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -63,10 +68,12 @@ impl Cluster {
         let config = openraft::Config {
             cluster_name: "cairn".into(),
             heartbeat_interval: 250,
-            election_timeout_min: 1000,
-            election_timeout_max: 2000,
+            election_timeout_min: election::ELECTION_MIN.as_millis() as u64,
+            election_timeout_max: election::ELECTION_MAX.as_millis() as u64,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(20_000),
             max_in_snapshot_log_to_keep: 2_000,
+            // `election` campaigns instead, after a pre-vote.
+            enable_elect: false,
             ..Default::default()
         }
         .validate()
@@ -74,17 +81,21 @@ impl Cluster {
         let network = network::Network {
             transport: transport.clone(),
         };
-        let raft = Raft::new(id, Arc::new(config), network, log, sm)
+        let raft = Raft::new(id, Arc::new(config), network, log.clone(), sm)
             .await
             .map_err(raft_err)?;
-        Ok(Arc::new(Cluster {
+        let cluster = Arc::new(Cluster {
             id,
             raft,
             shared,
             transport,
             cfg,
             seen: Mutex::new(HashMap::new()),
-        }))
+            log,
+            leader_contact: Mutex::new(Instant::now()),
+        });
+        cluster.spawn_elections();
+        Ok(cluster)
     }
 
     pub fn id(&self) -> NodeId {

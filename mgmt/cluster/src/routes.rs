@@ -1,6 +1,7 @@
 //! The internal API's routes: what members ask of each other (Raft RPCs,
 //! forwarded proposals, read index, heartbeats) and the join a stranger may ask.
 
+use crate::election::PreVote;
 use crate::network::SnapshotHeader;
 use crate::types::{self, Snapshot};
 use crate::{Cluster, Command, JoinReply, JoinRequest, NodeId, Outcome, ProposeRefused};
@@ -8,7 +9,7 @@ use axum::extract::{Query, State};
 use axum::routing::post;
 use axum::Json;
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::raft::{AppendEntriesRequest, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ impl Cluster {
         let members = axum::Router::new()
             .route("/raft/append", post(append))
             .route("/raft/vote", post(vote))
+            .route("/raft/prevote", post(prevote))
             .route("/raft/snapshot", post(snapshot))
             .route("/cluster/propose", post(propose))
             .route("/cluster/read_index", post(read_index))
@@ -63,7 +65,16 @@ async fn append(
     Json(req): Json<AppendEntriesRequest<types::TypeConfig>>,
 ) -> Rpc<Result<openraft::raft::AppendEntriesResponse<u64>, RaftError<u64>>> {
     addressed(&c, &to)?;
-    Ok(Json(c.raft.append_entries(req).await))
+    let resp = c.raft.append_entries(req).await;
+    if matches!(&resp, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+        c.heard_from_leader();
+    }
+    Ok(Json(resp))
+}
+
+async fn prevote(State(c): Api, Query(to): Query<To>, Json(req): Json<PreVote>) -> Rpc<bool> {
+    addressed(&c, &to)?;
+    Ok(Json(c.grant_prevote(&req)))
 }
 
 async fn vote(
@@ -96,7 +107,11 @@ async fn snapshot(
         meta: header.meta,
         snapshot: Box::new(data),
     };
-    Ok(Json(c.raft.install_full_snapshot(header.vote, snap).await))
+    let resp = c.raft.install_full_snapshot(header.vote, snap).await;
+    if resp.is_ok() {
+        c.heard_from_leader();
+    }
+    Ok(Json(resp))
 }
 
 async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, ProposeRefused>> {

@@ -130,7 +130,8 @@ db_err!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    std::io::Error
 );
 
 impl From<serde_json::Error> for MetaError {
@@ -295,18 +296,24 @@ pub fn now_ms() -> i64 {
 impl MetaStore {
     /// Opens (or creates) the database at `path` and starts the committer.
     pub fn open(path: &Path) -> Result<MetaStore, MetaError> {
-        let db = Arc::new(Database::create(path)?);
-        {
-            let tx = db.begin_write()?;
-            tx.open_table(BUCKETS)?;
-            tx.open_table(OBJECTS)?;
-            tx.open_table(UPLOADS)?;
-            tx.open_table(PARTS)?;
-            tx.open_table(SYSTEM)?;
-            tx.open_table(once::REQUESTS)?;
-            tx.open_table(once::REQUEST_ORDER)?;
-            tx.commit()?;
-        }
+        // Every table exists once the first (durable) commit is done, so a crash
+        // while the file is new never leaves a database no start can open.
+        let db = Arc::new(cairn_sysutil::open_or_create(
+            path,
+            |p| -> Result<Database, MetaError> {
+                let db = Database::create(p)?;
+                let tx = db.begin_write()?;
+                tx.open_table(BUCKETS)?;
+                tx.open_table(OBJECTS)?;
+                tx.open_table(UPLOADS)?;
+                tx.open_table(PARTS)?;
+                tx.open_table(SYSTEM)?;
+                tx.open_table(once::REQUESTS)?;
+                tx.open_table(once::REQUEST_ORDER)?;
+                tx.commit()?;
+                Ok(db)
+            },
+        )?);
         let (jobs, rx) = tokio::sync::mpsc::channel::<Job>(4096);
         let cdb = db.clone();
         std::thread::Builder::new()

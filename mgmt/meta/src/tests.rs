@@ -450,3 +450,22 @@ async fn gc_epoch_fences_writes_that_took_too_long() {
         .await;
     assert!(matches!(r, Err(MetaError::WriteExpired { .. })), "{r:?}");
 }
+
+/// A kill -9 while a new node creates its database could leave a file of zeros
+/// that no start could open ("invalid data"); such a file holds nothing and is
+/// made again, and a database with data is never taken for one.
+#[tokio::test]
+async fn a_database_file_of_zeros_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("meta.redb");
+    std::fs::write(&p, vec![0u8; 1 << 20]).unwrap();
+    let s = MetaStore::open(&p).unwrap();
+    mkbucket(&s, "b").await;
+    put(&s, "b", "k").await;
+    drop(s);
+    // The committer thread holds the database until its channel closes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let s = MetaStore::open(&p).unwrap();
+    assert!(s.object("b", "k").unwrap().is_some());
+    assert!(!dir.path().join("meta.redb.creating").exists());
+}

@@ -102,6 +102,52 @@ fn write_temp(dir: &Path, path: &Path, bytes: &[u8], mode: Option<u32>) -> io::R
     }
 }
 
+/// Opens the store at `path` with `open`, creating it atomically when absent:
+/// `open` then runs on a temporary name and must leave the new store durable (its
+/// first commit synced) before it returns, and only then is the file renamed into
+/// place. A crash during creation leaves at most the temporary file, replaced at
+/// the next try, never a half-made store at `path` that no later start can open. A
+/// file at `path` holding nothing but zeros (or nothing) is such a half-made store,
+/// left by a crash in an earlier version, and is treated as absent.
+pub fn open_or_create<T, E: From<io::Error>>(
+    path: &Path,
+    open: impl Fn(&Path) -> Result<T, E>,
+) -> Result<T, E> {
+    if path.exists() && !never_written(path)? {
+        return open(path);
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = std::path::PathBuf::from(tmp);
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let made = open(&tmp)?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(made)
+}
+
+/// Whether the file holds only zero bytes: created, never written.
+fn never_written(path: &Path) -> io::Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(true);
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +205,53 @@ mod tests {
             }
         });
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// Creates a "store": a file whose first byte says it was initialised.
+    fn make(p: &Path) -> io::Result<Vec<u8>> {
+        if !p.exists() {
+            std::fs::write(p, b"store")?;
+        }
+        std::fs::read(p)
+    }
+
+    #[test]
+    fn open_or_create_makes_the_file_under_another_name_first() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("meta.redb");
+        let seen = open_or_create(&p, |at| {
+            assert_ne!(at, p.as_path(), "created in place");
+            make(at)
+        })
+        .unwrap();
+        assert_eq!(seen, b"store");
+        assert_eq!(std::fs::read(&p).unwrap(), b"store");
+        assert!(!d.path().join("meta.redb.creating").exists());
+        // Opened in place from then on.
+        std::fs::write(&p, b"data").unwrap();
+        let seen = open_or_create(&p, |at| {
+            assert_eq!(at, p.as_path());
+            make(at)
+        })
+        .unwrap();
+        assert_eq!(seen, b"data");
+    }
+
+    #[test]
+    fn a_half_made_store_is_made_again() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("meta.redb");
+        // A crash during creation by an earlier version: the file exists, zeros.
+        std::fs::write(&p, vec![0u8; 200_000]).unwrap();
+        assert_eq!(open_or_create(&p, make).unwrap(), b"store");
+        // An empty file, and a leftover temporary from a crash in this version.
+        std::fs::write(&p, b"").unwrap();
+        std::fs::write(d.path().join("meta.redb.creating"), b"half").unwrap();
+        assert_eq!(open_or_create(&p, make).unwrap(), b"store");
+        // A failed creation leaves no file at the path.
+        std::fs::remove_file(&p).unwrap();
+        let r: io::Result<()> = open_or_create(&p, |_| Err(io::Error::other("disk full")));
+        assert!(r.is_err());
+        assert!(!p.exists());
     }
 }
