@@ -85,7 +85,7 @@ objects=$("$bin/nodectl" status --data "$work/data" --json | python3 -c 'import 
 echo "  ok  status counts $objects objects"
 
 echo "-- kill -9 of every Cairn process, restart on the same data"
-pids=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["supervisor_pid"], s["datapathd_pid"], s["mgmtd_pid"])' "$work/data/run/dev.json")
+pids=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); n=s["nodes"][0]; print(s["supervisor_pid"], n["datapathd_pid"], n["mgmtd_pid"])' "$work/data/run/dev.json")
 kill -9 $pids
 wait "$sup" 2>/dev/null || true
 sup=""

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub struct DevUp {
     child: Child,
     dir: tempfile::TempDir,
+    /// `--drives N --drive-size S`, the same at every start.
+    drive_args: Vec<String>,
     pub s3: std::net::SocketAddr,
 }
 
@@ -28,32 +30,41 @@ impl DevUp {
             .prefix("cairn-it-dev-")
             .tempdir()
             .expect("tempdir");
-        Self::run(
-            dir,
-            &["--drives", &drives.to_string(), "--drive-size", "256M"],
-        )
+        Self::run(dir, drives)
     }
 
-    /// A node on a data directory made elsewhere (`DIR/drives`, `DIR/state`),
-    /// copied in by `fill`, which is given the data directory to fill.
-    pub fn adopt(fill: impl FnOnce(&Path)) -> DevUp {
+    /// A node on a data directory made elsewhere (`DIR/drives`, `DIR/state`) with
+    /// `drives` drives, copied in by `fill`, which is given the data directory to
+    /// fill.
+    pub fn adopt(drives: u16, fill: impl FnOnce(&Path)) -> DevUp {
         let dir = tempfile::Builder::new()
             .prefix("cairn-it-dev-")
             .tempdir()
             .expect("tempdir");
         fill(&dir.path().join("data"));
-        Self::run(dir, &["--drive-size", "256M"])
+        Self::run(dir, drives)
     }
 
-    fn run(dir: tempfile::TempDir, extra: &[&str]) -> DevUp {
+    fn run(dir: tempfile::TempDir, drives: u16) -> DevUp {
         let s3 = free_port();
-        let child = Self::spawn(dir.path(), s3, extra);
-        let mut up = DevUp { child, dir, s3 };
+        let drive_args = vec![
+            "--drives".to_string(),
+            drives.to_string(),
+            "--drive-size".to_string(),
+            "256M".to_string(),
+        ];
+        let child = Self::spawn(dir.path(), s3, &drive_args);
+        let mut up = DevUp {
+            child,
+            dir,
+            drive_args,
+            s3,
+        };
         up.wait_serving();
         up
     }
 
-    fn spawn(dir: &Path, s3: std::net::SocketAddr, extra: &[&str]) -> Child {
+    fn spawn(dir: &Path, s3: std::net::SocketAddr, extra: &[String]) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -78,7 +89,7 @@ impl DevUp {
     /// Stops the node (as Ctrl-C does) and starts it again on the same data.
     pub fn restart(&mut self) {
         self.stop();
-        self.child = Self::spawn(self.dir.path(), self.s3, &["--drive-size", "256M"]);
+        self.child = Self::spawn(self.dir.path(), self.s3, &self.drive_args);
         self.wait_serving();
     }
 

@@ -44,7 +44,7 @@ fn unpack(data: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_node_directory_from_before_clusters_of_one_serves_on() {
-    let mut node = DevUp::adopt(unpack);
+    let mut node = DevUp::adopt(4, unpack);
     let creds: serde_json::Value = serde_json::from_slice(
         &std::fs::read(node.data().join("state/root-credentials.json")).expect("credentials"),
     )

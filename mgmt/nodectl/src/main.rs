@@ -4,7 +4,6 @@
 mod admin;
 mod cluster;
 mod dev;
-mod devcluster;
 mod drives;
 mod gc;
 mod nodeos;
@@ -150,14 +149,14 @@ enum DevCmd {
     /// Start a single-node appliance (or with --nodes N, a local cluster) in the
     /// foreground on file-backed drives.
     Up(dev::UpArgs),
-    /// Nodes of a local cluster: ids, S3 endpoints, daemon pids.
+    /// The nodes `dev up` runs: ids, S3 endpoints, daemon pids.
     Status {
         #[arg(long, default_value = "./cairn-data")]
         data: PathBuf,
         #[arg(long)]
         json: bool,
     },
-    /// Stop one node of a local cluster and keep it down.
+    /// Stop one node (1 on a single node) and keep it down.
     Stop {
         /// Node number (1-based).
         node: u16,
@@ -167,7 +166,7 @@ enum DevCmd {
         #[arg(long, default_value = "./cairn-data")]
         data: PathBuf,
     },
-    /// Start a stopped node of a local cluster again.
+    /// Start a stopped node again.
     Start {
         node: u16,
         #[arg(long, default_value = "./cairn-data")]
@@ -264,19 +263,19 @@ async fn main() -> std::process::ExitCode {
         } => dev::up(args).await,
         Cmd::Dev {
             cmd: DevCmd::Status { data, json },
-        } => devcluster::status(&data, json),
+        } => dev::status(&data, json),
         Cmd::Dev {
             cmd: DevCmd::Stop { node, kill, data },
-        } => devcluster::stop(&data, node, kill),
+        } => dev::stop(&data, node, kill),
         Cmd::Dev {
             cmd: DevCmd::Start { node, data },
-        } => devcluster::start(&data, node),
+        } => dev::start(&data, node),
         Cmd::Dev {
             cmd: DevCmd::Partition { nodes, data },
-        } => devcluster::partition(&data, &nodes),
+        } => dev::partition(&data, &nodes),
         Cmd::Dev {
             cmd: DevCmd::Heal { data },
-        } => devcluster::heal(&data),
+        } => dev::heal(&data),
         Cmd::Cluster { cmd } => match cmd {
             ClusterCmd::Init {
                 target,

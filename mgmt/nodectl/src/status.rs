@@ -1,31 +1,25 @@
 //! `nodectl status`: the node's drives, capacity, objects and health, read through
 //! the authenticated admin API.
 
-use crate::dev::DevState;
-use crate::{io_err, NodectlError};
-use cairn_adminapi::{AdminClient, NodeStatus};
+use crate::NodectlError;
+use cairn_adminapi::NodeStatus;
 use std::path::Path;
 
 pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
-    let run = data.join("run/dev.json");
-    let state: DevState = serde_json::from_slice(&std::fs::read(&run).map_err(io_err(format!(
-        "read {} (is `nodectl dev up --data {}` running?)",
-        run.display(),
-        data.display()
-    )))?)
-    .map_err(|e| NodectlError::Usage(format!("{} is not valid: {e}", run.display())))?;
-    let status: NodeStatus = AdminClient::for_state_dir(&state.admin, &data.join("state"))?
+    let state = crate::dev::read_state(data)?;
+    let node = state.node(1)?;
+    let status: NodeStatus = crate::dev::admin_of(data, 1)?
         .with_timeout(std::time::Duration::from_secs(10))
         .status()
         .await?;
     if json {
         let mut v = serde_json::to_value(&status).unwrap_or_default();
-        v["s3_endpoint"] = format!("http://{}", state.s3).into();
+        v["s3_endpoint"] = format!("http://{}", node.s3).into();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     println!("Node         {}", status.health);
-    println!("S3           http://{}", state.s3);
+    println!("S3           http://{}", node.s3);
     println!("State        {}", status.data_dir);
     println!("Protection   {}", status.protection);
     println!(

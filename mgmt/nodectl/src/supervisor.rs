@@ -61,18 +61,23 @@ impl Daemon {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(io_err(format!("start {}", self.program.display())))?;
+        // Kept at once, so a stop during start-up (Ctrl-C) finds it.
+        self.child = Some(
+            cmd.spawn()
+                .map_err(io_err(format!("start {}", self.program.display())))?,
+        );
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(s) = std::fs::read_to_string(&self.ready) {
                 if !s.trim().is_empty() {
-                    self.child = Some(child);
                     return Ok(s.trim().to_string());
                 }
             }
+            let Some(child) = self.child.as_mut() else {
+                return Err(NodectlError::Daemon(format!("{} was stopped", self.name)));
+            };
             if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
                 return Err(NodectlError::Daemon(format!(
                     "{} exited during start-up ({status}); see {}",
                     self.name,
@@ -81,6 +86,7 @@ impl Daemon {
             }
             if Instant::now() > deadline {
                 let _ = child.kill().await;
+                self.child = None;
                 return Err(NodectlError::Daemon(format!(
                     "{} did not become ready in 120 s; see {}",
                     self.name,
@@ -136,11 +142,8 @@ impl Daemon {
 pub(crate) struct Node {
     /// 1-based position (what `dev stop`/`start` take); 1 for a single node.
     pub(crate) n: u16,
-    /// The address its endpoints listen on.
-    pub(crate) ip: std::net::Ipv4Addr,
     pub(crate) dir: PathBuf,
-    /// The cluster's id for the node, from mgmtd's ready file (empty on a single
-    /// node).
+    /// The cluster's id for the node, from mgmtd's ready file.
     pub(crate) id: String,
     pub(crate) datapathd: Daemon,
     pub(crate) mgmtd: Daemon,
@@ -370,19 +373,42 @@ pub(crate) struct Tick {
 /// times within a minute makes the supervisor stop everything and fail (a single
 /// node that cannot stay up should say so, not loop). After a tick in which
 /// anything changed, `changed` runs (to rewrite `dev.json`, rejoin a node...).
+/// SIGINT and SIGTERM, caught from the moment they are installed: one that
+/// arrives before anyone waits is kept, not lost.
+pub(crate) struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub(crate) fn install() -> Result<Signals, NodectlError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).map_err(io_err("install SIGINT handler"))?,
+            term: signal(SignalKind::terminate()).map_err(io_err("install SIGTERM handler"))?,
+        })
+    }
+
+    /// Until either arrives.
+    pub(crate) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
 pub(crate) async fn supervise(
     nodes: &mut [Node],
+    signals: &mut Signals,
     give_up_after: Option<usize>,
     mut changed: impl AsyncFnMut(&[Node], Tick) -> Result<(), NodectlError>,
 ) -> Result<(), NodectlError> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(io_err("install SIGTERM handler"))?;
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let single = nodes.len() == 1;
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = signals.recv() => break,
             _ = tick.tick() => {}
         }
         let mut any = false;

@@ -1,0 +1,129 @@
+//! `nodectl dev up` as one front end: a single node has the same `dev.json` and
+//! the same `dev stop`/`dev start` as a cluster's nodes, and a Ctrl-C at any moment
+//! of start-up stops what was started instead of leaving daemons behind.
+
+use cairn_it::bin;
+use cairn_it::dev::{nodectl_json, DevUp};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Pids of processes whose command line names `dir`.
+fn processes_naming(dir: &Path) -> Vec<u32> {
+    let dir = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // A zombie has ended; only its parent's reaping is left.
+            let zombie = stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'));
+            !zombie && String::from_utf8_lossy(&cmd).contains(&dir)
+        })
+        .collect()
+}
+
+#[test]
+fn ctrl_c_during_start_up_leaves_no_daemon_behind() {
+    // From "before datapathd is up" to "mgmtd starting" to "serving".
+    for delay_ms in [30, 150, 400, 1500] {
+        let dir = tempfile::Builder::new()
+            .prefix("cairn-it-sigint-")
+            .tempdir()
+            .unwrap();
+        let data = dir.path().join("data");
+        let port = |_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .unwrap()
+                .to_string()
+        };
+        let mut up = Command::new(bin("nodectl"))
+            .args([
+                "dev",
+                "up",
+                "--drives",
+                "2",
+                "--drive-size",
+                "256M",
+                "--data",
+            ])
+            .arg(&data)
+            .args(["--s3", &port(0), "--resp", &port(1)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(up.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if up.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nodectl did not stop after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let left = processes_naming(&data);
+        assert!(
+            left.is_empty(),
+            "SIGINT {delay_ms} ms into start-up left processes {left:?}"
+        );
+        // And the data directory serves again (nothing half-made in it).
+        let again = DevUp::adopt(2, |to| {
+            let _ = std::fs::rename(&data, to);
+        });
+        drop(again);
+    }
+}
+
+#[test]
+fn a_single_node_is_node_1_of_the_same_dev_json() {
+    let up = DevUp::start(2);
+    let data = up.data();
+    let data = data.to_str().unwrap();
+    let st = nodectl_json(&["dev", "status", "--data", data]).unwrap();
+    let nodes = st["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{st}");
+    assert_eq!(nodes[0]["node"], 1);
+    assert_eq!(nodes[0]["s3"], up.s3.to_string());
+    assert!(!st["cluster_id"].as_str().unwrap().is_empty(), "{st}");
+    let mgmtd = nodes[0]["mgmtd_pid"].as_u64().unwrap();
+    // `dev stop 1` holds the node down, as on a cluster; `dev start 1` brings it back.
+    let out = Command::new(bin("nodectl"))
+        .args(["dev", "stop", "1", "--data", data])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_secs(1));
+    let st = nodectl_json(&["dev", "status", "--data", data]).unwrap();
+    assert_eq!(st["nodes"][0]["stopped"], true, "{st}");
+    assert!(st["nodes"][0]["mgmtd_pid"].is_null(), "{st}");
+    let out = Command::new(bin("nodectl"))
+        .args(["dev", "start", "1", "--data", data])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = nodectl_json(&["dev", "status", "--data", data]).unwrap();
+        let pid = st["nodes"][0]["mgmtd_pid"].as_u64();
+        if pid.is_some_and(|p| p != mgmtd) && up.drives().is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 1 not back: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
