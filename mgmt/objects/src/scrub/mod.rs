@@ -138,9 +138,20 @@ impl ObjectStore {
         let mut seen: Option<Vec<(u16, [u64; 6])>> = None;
         loop {
             if let Some(now) = self.damage_at_open().await {
-                let damaged = now.iter().any(|(_, c)| c.iter().any(|&n| n > 0));
-                if damaged && seen.as_ref() != Some(&now) {
-                    tracing::warn!(drives = ?now, "drives found damage when opened: scrubbing now");
+                // [damaged segments, corrupt batches, corrupt records, torn batches,
+                // formatted, dropped]: a drive found blank and formatted is not
+                // damage (every drive of a new node is), but whatever it should hold
+                // must be rebuilt all the same.
+                let damaged = now
+                    .iter()
+                    .any(|(_, c)| c[..4].iter().chain(&c[5..]).any(|&n| n > 0));
+                let blank = now.iter().any(|(_, c)| c[4] > 0);
+                if (damaged || blank) && seen.as_ref() != Some(&now) {
+                    if damaged {
+                        tracing::warn!(drives = ?now, "drives found damage when opened: scrubbing now");
+                    } else {
+                        tracing::info!(drives = ?now, "drives were blank and are formatted: scrubbing for what they should hold");
+                    }
                     self.scrub.owe();
                 }
                 seen = Some(now);
