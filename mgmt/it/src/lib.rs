@@ -48,6 +48,10 @@ pub struct NodeOptions {
     pub segment_size: &'static str,
     /// Extra environment for mgmtd (e.g. `CAIRN_ABORT_UPLOADS_AFTER`).
     pub mgmtd_env: Vec<(&'static str, &'static str)>,
+    /// Reachable by other nodes: mgmtd's internal API (`--internal`) and
+    /// datapathd's chunk service over mutual TLS (`--peer-listen`), each on a port
+    /// of its own that the node keeps across restarts.
+    pub reachable: bool,
 }
 
 impl Default for NodeOptions {
@@ -58,6 +62,7 @@ impl Default for NodeOptions {
             ec: None,
             segment_size: "8M",
             mgmtd_env: Vec::new(),
+            reachable: false,
         }
     }
 }
@@ -70,6 +75,9 @@ pub struct Node {
     pub datapath_addr: String,
     pub s3_addr: String,
     pub admin_addr: String,
+    /// Used when `opts.reachable`.
+    pub internal_addr: String,
+    pub peer_addr: String,
     datapathd: Option<Child>,
     mgmtd: Option<Child>,
 }
@@ -110,6 +118,8 @@ impl Node {
             datapath_addr: free_port(),
             s3_addr: free_port(),
             admin_addr: free_port(),
+            internal_addr: free_port(),
+            peer_addr: free_port(),
             datapathd: None,
             mgmtd: None,
         };
@@ -174,6 +184,14 @@ impl Node {
                 self.opts.drive_size
             ));
         }
+        if self.opts.reachable {
+            args.extend([
+                "--peer-listen".to_string(),
+                self.peer_addr.clone(),
+                "--tls-dir".to_string(),
+                self.state_dir().join("tls").display().to_string(),
+            ]);
+        }
         let mut child = self.spawn("datapathd", &args, &[]);
         wait_file(&ready, &mut child, "datapathd", &self.log("datapathd"));
         self.datapathd = Some(child);
@@ -202,6 +220,14 @@ impl Node {
         if let Some(ec) = self.opts.ec {
             args.push("--ec".into());
             args.push(ec.into());
+        }
+        if self.opts.reachable {
+            args.extend([
+                "--internal".to_string(),
+                self.internal_addr.clone(),
+                "--chunk-advertise".to_string(),
+                self.peer_addr.clone(),
+            ]);
         }
         let mut env = vec![
             ("CAIRN_ROOT_ACCESS_KEY", ACCESS_KEY),
@@ -295,6 +321,33 @@ impl Node {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// An admin API call with a JSON body, its JSON answer.
+    pub fn admin_post(&self, path: &str, body: &serde_json::Value) -> serde_json::Value {
+        let token =
+            std::fs::read_to_string(self.state_dir().join("admin.token")).expect("admin token");
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-X",
+                "POST",
+                "-H",
+                &format!("Authorization: Bearer {}", token.trim()),
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                &body.to_string(),
+                "-w",
+                "\n%{http_code}",
+                &format!("http://{}{path}", self.admin_addr),
+            ])
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (json, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+        assert!(code.starts_with('2'), "POST {path}: HTTP {code}: {json}");
+        serde_json::from_str(json).expect("admin API JSON")
     }
 
     /// An admin API call (bearer token from the node's state), its JSON answer.

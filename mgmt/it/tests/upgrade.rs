@@ -8,9 +8,11 @@
 //! sparse and the objects patterned) holds `drives/` and `state/` as the old
 //! node left them, its root credentials included (made for this fixture only).
 //! Each object is the SHA-256 of its file name repeated to its size.
+//!
+//! And a single node grows into a cluster without migration.
 
 use cairn_it::dev::{nodectl_json, DevUp};
-use cairn_it::{get_bytes, put_bytes, s3_client};
+use cairn_it::{get_bytes, put_bytes, random_bytes, s3_client, Node, NodeOptions};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
@@ -84,4 +86,62 @@ async fn a_single_node_directory_from_before_clusters_of_one_serves_on() {
     let st = nodectl_json(&["status", "--data", &data]).expect("status");
     assert_eq!(st["health"], "healthy", "{st}");
     assert_eq!(st["objects"], 5, "{st}");
+}
+
+/// A single node takes joins without migration: restarted reachable by other
+/// nodes (as `mode = "cluster"` in node.toml does), it hands out a join token, two
+/// new nodes join it, every object it held reads back through each of them, and a
+/// write through a new node reads back through the first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_node_takes_joins_and_keeps_its_objects() {
+    let mut first = Node::start(NodeOptions {
+        drives: 3,
+        drive_size: "256M",
+        ec: Some("2+1"),
+        ..Default::default()
+    });
+    let c = first.client();
+    c.create_bucket().bucket("grow").send().await.unwrap();
+    let mut objects = Vec::new();
+    for i in 0..8u64 {
+        // Replicated small objects and erasure-coded large ones.
+        let body = random_bytes(if i % 2 == 0 { 1 << 20 } else { 1000 }, i);
+        put_bytes(&c, "grow", &format!("k{i}"), &body)
+            .await
+            .unwrap();
+        objects.push(body);
+    }
+    first.stop();
+    first.opts.reachable = true;
+    first.start_datapathd();
+    first.start_mgmtd();
+    let token = first.admin("GET", "/v1/cluster/token");
+    let mut joined = Vec::new();
+    for _ in 0..2 {
+        let n = Node::start(NodeOptions {
+            drives: 2,
+            drive_size: "256M",
+            reachable: true,
+            ..Default::default()
+        });
+        n.admin_post(
+            "/v1/cluster/join",
+            &serde_json::json!({"seed": first.internal_addr, "token": token["token"]}),
+        );
+        joined.push(n);
+    }
+    let st = first.admin("GET", "/v1/cluster/status");
+    assert_eq!(st["nodes"].as_array().unwrap().len(), 3, "{st}");
+    for n in std::iter::once(&first).chain(&joined) {
+        let c = n.client();
+        for (i, body) in objects.iter().enumerate() {
+            let got = get_bytes(&c, "grow", &format!("k{i}")).await;
+            assert_eq!(got.as_ref(), Ok(body), "k{i} through {}", n.s3_addr);
+        }
+    }
+    let body = random_bytes(3 << 20, 99);
+    put_bytes(&joined[1].client(), "grow", "new", &body)
+        .await
+        .unwrap();
+    assert_eq!(get_bytes(&first.client(), "grow", "new").await, Ok(body));
 }
