@@ -6,18 +6,32 @@
 
 Credentials come from CAIRN_ROOT_ACCESS_KEY / CAIRN_ROOT_SECRET_KEY.
 """
+import base64
 import hashlib
+import io
 import json
 import os
 import sys
 import urllib.request
+import zlib
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 
-def client(endpoint, secret=None):
+def client(endpoint, secret=None, sdk_defaults=False):
+    if sdk_defaults:
+        # boto3 as users run it: since 1.36 it sends a CRC32 with every upload
+        # (in an aws-chunked trailer when it streams) and validates the checksum
+        # a GET returns.
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=os.environ["CAIRN_ROOT_ACCESS_KEY"],
+            aws_secret_access_key=os.environ["CAIRN_ROOT_SECRET_KEY"],
+        )
     return boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -124,9 +138,40 @@ def write(endpoint, manifest):
     check(sha(urllib.request.urlopen(url).read()) == objects["small"], "presigned GET")
     expect_error("NoSuchKey", lambda: s3.get_object(Bucket="py-check", Key="nope"), "missing key")
     expect_error("BucketNotEmpty", lambda: s3.delete_bucket(Bucket="py-check"), "non-empty bucket kept")
+    defaults(endpoint, objects)
     with open(manifest, "a") as f:
         for k, v in objects.items():
             f.write(json.dumps({"bucket": "py-check", "key": k, "sha256": v}) + "\n")
+
+
+def crc32_b64(data):
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def defaults(endpoint, objects):
+    """Checksums as boto3 sends them by default: verified, kept, returned."""
+    s3 = client(endpoint, sdk_defaults=True)
+    for key, size in [("sums/small", 1000), ("sums/9mib", 9 << 20)]:
+        data = os.urandom(size)
+        r = s3.put_object(Bucket="py-check", Key=key, Body=data)
+        check(r.get("ChecksumCRC32") == crc32_b64(data), f"{key}: boto3's default CRC32 verified and echoed")
+        h = s3.head_object(Bucket="py-check", Key=key, ChecksumMode="ENABLED")
+        check(h.get("ChecksumCRC32") == crc32_b64(data), f"{key}: HEAD returns the stored CRC32")
+        # botocore validates the returned checksum of a GET by default.
+        check(s3.get_object(Bucket="py-check", Key=key)["Body"].read() == data, f"{key}: GET passes boto3's checksum validation")
+        objects[key] = sha(data)
+    expect_error("BadDigest", lambda: s3.put_object(Bucket="py-check", Key="sums/bad", Body=b"x" * 100,
+                                                    ChecksumCRC32=crc32_b64(b"y" * 100)), "a wrong CRC32 refused")
+    expect_error("404", lambda: s3.head_object(Bucket="py-check", Key="sums/bad"), "nothing stored under it")
+    # upload_fileobj at its defaults: multipart (8 MiB parts) with a CRC32 each.
+    data = os.urandom((20 << 20) + 5)
+    s3.upload_fileobj(io.BytesIO(data), "py-check", "sums/managed")
+    h = s3.head_object(Bucket="py-check", Key="sums/managed", ChecksumMode="ENABLED")
+    check(h.get("ChecksumCRC32", "").endswith("-3"), f"managed upload: composite CRC32 of 3 parts ({h.get('ChecksumCRC32')})")
+    got = io.BytesIO()
+    s3.download_fileobj("py-check", "sums/managed", got)
+    check(got.getvalue() == data, "managed download reads it back")
+    objects["sums/managed"] = sha(data)
 
 
 def verify(endpoint, manifest):

@@ -200,6 +200,10 @@ pub enum Mutation {
         /// The completed object's modification time (chosen by the proposer, so
         /// every replica records the same).
         modified_ms: i64,
+        /// The object's checksum, made by the proposer from the listed parts' (the
+        /// parts' ETags, checked here, pin which bytes it covers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checksum: Option<Checksum>,
     },
     AbortUpload {
         bucket: String,
@@ -809,6 +813,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             min_part_size,
             cond,
             modified_ms,
+            checksum,
         } => {
             need_bucket(&buckets, bucket)?;
             let mut uploads = tx.open_table(UPLOADS)?;
@@ -818,7 +823,8 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             };
             let mut parts = tx.open_table(PARTS)?;
             let stored = read_parts(&parts, upload_id)?;
-            let record = assemble(&upload, &stored, chosen, *min_part_size, *modified_ms)?;
+            let mut record = assemble(&upload, &stored, chosen, *min_part_size, *modified_ms)?;
+            record.checksum = checksum.clone();
             let old = get_object(&objects, bucket, &upload.key)?;
             check(cond, old.as_ref(), &upload.key)?;
             objects.insert(
@@ -999,6 +1005,8 @@ fn assemble(
         modified_ms,
         content_type: upload.content_type.clone(),
         user_meta: upload.user_meta.clone(),
+        headers: upload.headers.clone(),
+        checksum: None,
         extents,
     })
 }

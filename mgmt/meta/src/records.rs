@@ -32,8 +32,38 @@ pub struct ObjectRecord {
     pub content_type: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_meta: BTreeMap<String, String>,
+    /// The standard headers S3 keeps and serves back (`Cache-Control`,
+    /// `Content-Disposition`, `Content-Encoding`, `Content-Language`, `Expires`),
+    /// by lower-case name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The flexible checksum the client sent (and Cairn verified), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
     /// The bytes, in order: one extent for a simple PUT, one per part for multipart.
     pub extents: Vec<Extent>,
+}
+
+/// An S3 checksum algorithm (`x-amz-checksum-*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ChecksumAlgorithm {
+    Crc32,
+    Crc32c,
+    Crc64nvme,
+    Sha1,
+    Sha256,
+}
+
+/// A flexible checksum as S3 returns it: the base64 digest of the whole body, or
+/// for a multipart object the digest of its parts' digests (`parts` of them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checksum {
+    pub algorithm: ChecksumAlgorithm,
+    pub value: String,
+    /// Set on a composite (multipart) checksum: how many parts it covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<u32>,
 }
 
 /// A contiguous run of an object's bytes, stored under one layout.
@@ -102,6 +132,13 @@ pub struct UploadRecord {
     pub content_type: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub user_meta: BTreeMap<String, String>,
+    /// As on [`ObjectRecord`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The algorithm every part must carry a checksum of, when the upload was
+    /// created with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum_algorithm: Option<ChecksumAlgorithm>,
 }
 
 /// One uploaded part.
@@ -110,6 +147,9 @@ pub struct PartRecord {
     pub etag: String,
     pub modified_ms: i64,
     pub extent: Extent,
+    /// The part's verified checksum, when the client sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<Checksum>,
 }
 
 impl ObjectRecord {

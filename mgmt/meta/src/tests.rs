@@ -7,6 +7,8 @@ fn obj(etag: &str, size: u64) -> ObjectRecord {
         modified_ms: 1,
         content_type: None,
         user_meta: Default::default(),
+        headers: Default::default(),
+        checksum: None,
         extents: vec![Extent {
             id: size as u128 + 1,
             size,
@@ -163,6 +165,8 @@ async fn multipart_complete_checks_parts() {
             created_ms: 0,
             content_type: None,
             user_meta: Default::default(),
+            headers: Default::default(),
+            checksum_algorithm: None,
         },
     })
     .await
@@ -185,6 +189,7 @@ async fn multipart_complete_checks_parts() {
                         sum: None,
                     },
                 },
+                checksum: None,
             },
             written_in: None,
         })
@@ -198,6 +203,7 @@ async fn multipart_complete_checks_parts() {
         min_part_size: 5,
         modified_ms: 7,
         cond: Precondition::default(),
+        checksum: None,
     };
     assert!(matches!(
         s.apply(complete(vec![(2, md5b.clone()), (1, md5a.clone())]))

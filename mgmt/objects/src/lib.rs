@@ -38,8 +38,8 @@ use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
-    After, Applied, BucketRecord, Extent, Listing, MetaError, MetaLog, MetaStore, Mutation,
-    ObjectRecord, PartRecord, Precondition, UploadRecord,
+    After, Applied, BucketRecord, Checksum, ChecksumAlgorithm, Extent, Listing, MetaError, MetaLog,
+    MetaStore, Mutation, ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
 use cairn_types::ChunkId;
 use futures::stream::{BoxStream, StreamExt};
@@ -213,7 +213,16 @@ pub struct Counters {
 pub struct ObjectAttrs {
     pub content_type: Option<String>,
     pub user_meta: BTreeMap<String, String>,
+    /// Standard headers kept with the object (see [`ObjectRecord::headers`]).
+    pub headers: BTreeMap<String, String>,
+    /// Filled by the body's verifier once the body has been read to its end and
+    /// its checksum matched; read when the object is committed.
+    pub checksum: ChecksumSlot,
 }
+
+/// Where a body's verifier leaves the checksum it checked (a trailer's value is
+/// only known at the body's end, after the attributes were handed over).
+pub type ChecksumSlot = Arc<std::sync::OnceLock<Checksum>>;
 
 /// What a stored body became.
 #[derive(Clone, Debug)]
@@ -588,6 +597,8 @@ impl ObjectStore {
             modified_ms: cairn_meta::now_ms(),
             content_type: attrs.content_type,
             user_meta: attrs.user_meta,
+            headers: attrs.headers,
+            checksum: attrs.checksum.get().cloned(),
             extents: vec![written.extent],
         };
         self.commit_object(tenant, bucket, key, record, cond, written.written_in)
@@ -674,6 +685,8 @@ impl ObjectStore {
         let attrs = attrs.unwrap_or(ObjectAttrs {
             content_type: src.content_type.clone(),
             user_meta: src.user_meta.clone(),
+            headers: src.headers.clone(),
+            ..Default::default()
         });
         let record = ObjectRecord {
             size: written.extent.size,
@@ -683,6 +696,10 @@ impl ObjectStore {
             modified_ms: cairn_meta::now_ms(),
             content_type: attrs.content_type,
             user_meta: attrs.user_meta,
+            headers: attrs.headers,
+            // The same bytes: a whole-body checksum still holds (a composite one
+            // names parts the copy no longer has).
+            checksum: src.checksum.clone().filter(|c| c.parts.is_none()),
             extents: vec![written.extent],
         };
         self.commit_object(
@@ -735,6 +752,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         attrs: ObjectAttrs,
+        checksum_algorithm: Option<ChecksumAlgorithm>,
     ) -> Result<String, ObjectError> {
         self.bucket(tenant, bucket).await?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
@@ -748,6 +766,8 @@ impl ObjectStore {
                     created_ms: cairn_meta::now_ms(),
                     content_type: attrs.content_type,
                     user_meta: attrs.user_meta,
+                    headers: attrs.headers,
+                    checksum_algorithm,
                 },
             },
             Vec::new(),
@@ -781,7 +801,8 @@ impl ObjectStore {
         part: u32,
         body: S,
         len: Option<u64>,
-    ) -> Result<String, ObjectError>
+        checksum: ChecksumSlot,
+    ) -> Result<PartRecord, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
@@ -792,25 +813,28 @@ impl ObjectStore {
         self.upload(tenant, bucket, upload_id, key).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let extent = written.extent.clone();
+        let record = PartRecord {
+            etag: written.md5,
+            modified_ms: cairn_meta::now_ms(),
+            extent: written.extent,
+            checksum: checksum.get().cloned(),
+        };
         self.commit(
             tenant,
             Mutation::PutPart {
                 bucket: bucket.to_string(),
                 upload_id: upload_id.to_string(),
                 part,
-                record: PartRecord {
-                    etag: written.md5.clone(),
-                    modified_ms: cairn_meta::now_ms(),
-                    extent: written.extent,
-                },
+                record: record.clone(),
                 written_in: Some(written.written_in),
             },
             vec![extent],
         )
         .await?;
-        Ok(written.md5)
+        Ok(record)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub async fn complete_upload(
         &self,
         tenant: u64,
@@ -819,6 +843,7 @@ impl ObjectStore {
         upload_id: &str,
         parts: Vec<(u32, String)>,
         cond: Precondition,
+        checksum: Option<Checksum>,
     ) -> Result<ObjectRecord, ObjectError> {
         self.upload(tenant, bucket, upload_id, key).await?;
         let applied = self
@@ -831,6 +856,7 @@ impl ObjectStore {
                     min_part_size: MIN_PART_SIZE,
                     modified_ms: cairn_meta::now_ms(),
                     cond,
+                    checksum,
                 },
                 Vec::new(),
             )

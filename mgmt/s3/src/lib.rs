@@ -10,6 +10,7 @@ mod auth;
 mod encoding;
 mod error;
 mod guard;
+mod integrity;
 mod ops;
 
 pub use auth::{Credential, Keys};

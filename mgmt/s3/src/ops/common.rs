@@ -1,0 +1,281 @@
+//! What the operations share: conditions, attributes, names, listing tokens.
+
+use crate::encoding::KeyEncoding;
+use cairn_meta::{After, ObjectRecord, Precondition};
+use cairn_objects::ObjectAttrs;
+use s3s::dto::*;
+use s3s::{s3_error, S3Result};
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+pub(super) fn timestamp(ms: i64) -> Timestamp {
+    Timestamp::from(UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+}
+
+pub(super) fn unix_secs(t: &Timestamp) -> i64 {
+    time::OffsetDateTime::from(t.clone()).unix_timestamp()
+}
+
+pub(super) fn etag(rec: &ObjectRecord) -> ETag {
+    ETag::Strong(rec.etag.clone())
+}
+
+/// The object's Content-Type; S3 serves one stored without as
+/// `binary/octet-stream`.
+pub(super) fn content_type(rec: &ObjectRecord) -> ContentType {
+    rec.content_type
+        .clone()
+        .unwrap_or_else(|| "binary/octet-stream".to_string())
+}
+
+pub(super) fn cond_matches(cond: &ETagCondition, rec: &ObjectRecord) -> bool {
+    match cond {
+        ETagCondition::Any => true,
+        ETagCondition::ETag(e) => e.value() == rec.etag,
+    }
+}
+
+/// A write's conditions. S3 takes only `If-None-Match: *` on a write; any other
+/// value is refused (501) rather than ignored, since ignoring it would overwrite
+/// what the client asked to keep.
+pub(super) fn precondition(
+    if_match: Option<ETagCondition>,
+    if_none_match: Option<ETagCondition>,
+) -> S3Result<Precondition> {
+    if let Some(ETagCondition::ETag(_)) = if_none_match {
+        return Err(s3_error!(
+            NotImplemented,
+            "A header you provided implies functionality that is not implemented: If-None-Match takes only * on a write"
+        ));
+    }
+    Ok(Precondition {
+        if_match: if_match.map(|c| match c {
+            ETagCondition::Any => "*".to_string(),
+            ETagCondition::ETag(e) => e.value().to_string(),
+        }),
+        if_none_match_any: matches!(if_none_match, Some(ETagCondition::Any)),
+    })
+}
+
+/// S3's rules for GET/HEAD conditions: If-Match beats If-Unmodified-Since, and
+/// If-None-Match beats If-Modified-Since.
+pub(super) fn check_read_conditions(
+    rec: &ObjectRecord,
+    if_match: &Option<ETagCondition>,
+    if_none_match: &Option<ETagCondition>,
+    if_modified_since: &Option<Timestamp>,
+    if_unmodified_since: &Option<Timestamp>,
+) -> S3Result<()> {
+    let modified = rec.modified_ms / 1000;
+    if let Some(c) = if_match {
+        if !cond_matches(c, rec) {
+            return Err(s3_error!(PreconditionFailed));
+        }
+    } else if let Some(t) = if_unmodified_since {
+        if modified > unix_secs(t) {
+            return Err(s3_error!(PreconditionFailed));
+        }
+    }
+    if let Some(c) = if_none_match {
+        if cond_matches(c, rec) {
+            return Err(not_modified(rec));
+        }
+    } else if let Some(t) = if_modified_since {
+        if modified <= unix_secs(t) {
+            return Err(not_modified(rec));
+        }
+    }
+    Ok(())
+}
+
+/// 304 Not Modified with the validators S3 sends with it, so a cache can
+/// refresh its entry: the ETag and Last-Modified of the current version.
+pub(super) fn not_modified(rec: &ObjectRecord) -> s3s::S3Error {
+    let mut e = s3_error!(NotModified);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = etag(rec).to_http_header() {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if timestamp(rec.modified_ms)
+        .format(TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+    {
+        if let Ok(v) = http::HeaderValue::from_bytes(&date) {
+            headers.insert(http::header::LAST_MODIFIED, v);
+        }
+    }
+    e.set_headers(headers);
+    e
+}
+
+/// The standard headers S3 keeps with an object and serves back as they were.
+const KEPT_HEADERS: [&str; 5] = [
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+];
+
+pub(super) fn attrs(
+    headers: &http::HeaderMap,
+    content_type: Option<String>,
+    metadata: Option<Metadata>,
+) -> ObjectAttrs {
+    let mut kept = BTreeMap::new();
+    for name in KEPT_HEADERS {
+        let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) else {
+            continue;
+        };
+        // `aws-chunked` names how this request's body travelled, not the object's
+        // encoding: S3 drops it.
+        let v = if name == "content-encoding" {
+            v.split(',')
+                .map(str::trim)
+                .filter(|e| !e.eq_ignore_ascii_case("aws-chunked") && !e.is_empty())
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            v.trim().to_string()
+        };
+        if !v.is_empty() {
+            kept.insert(name.to_string(), v);
+        }
+    }
+    ObjectAttrs {
+        content_type,
+        user_meta: metadata
+            .map(|m| m.into_iter().collect::<BTreeMap<_, _>>())
+            .unwrap_or_default(),
+        headers: kept,
+        checksum: Default::default(),
+    }
+}
+
+/// Serves the object's kept headers with `resp`.
+pub(super) fn serve_headers<T>(rec: &ObjectRecord, resp: &mut s3s::S3Response<T>) {
+    for (k, v) in &rec.headers {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            http::HeaderValue::from_str(v),
+        ) {
+            resp.headers.insert(k, v);
+        }
+    }
+}
+
+/// Sets an output's `checksum_<algorithm>` field from a stored checksum.
+macro_rules! set_checksum {
+    ($out:expr, $c:expr) => {
+        if let Some(c) = $c {
+            let v = Some($crate::integrity::shown(c));
+            match c.algorithm {
+                cairn_meta::ChecksumAlgorithm::Crc32 => $out.checksum_crc32 = v,
+                cairn_meta::ChecksumAlgorithm::Crc32c => $out.checksum_crc32c = v,
+                cairn_meta::ChecksumAlgorithm::Crc64nvme => $out.checksum_crc64nvme = v,
+                cairn_meta::ChecksumAlgorithm::Sha1 => $out.checksum_sha1 = v,
+                cairn_meta::ChecksumAlgorithm::Sha256 => $out.checksum_sha256 = v,
+            }
+        }
+    };
+}
+pub(super) use set_checksum;
+
+/// Whether a read asked for the stored checksum (`x-amz-checksum-mode: ENABLED`).
+pub(super) fn wants_checksum(mode: &Option<ChecksumMode>) -> bool {
+    mode.as_ref()
+        .is_some_and(|m| m.as_str().eq_ignore_ascii_case(ChecksumMode::ENABLED))
+}
+
+pub(super) fn user_meta(rec: &ObjectRecord) -> Option<Metadata> {
+    if rec.user_meta.is_empty() {
+        None
+    } else {
+        Some(rec.user_meta.clone().into_iter().collect())
+    }
+}
+
+pub(super) fn check_bucket_name(name: &str) -> S3Result<()> {
+    let ok = (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+        && !name.contains("..");
+    if ok {
+        Ok(())
+    } else {
+        Err(s3_error!(InvalidBucketName, "invalid bucket name {name:?}"))
+    }
+}
+
+pub(super) fn content_length(len: Option<i64>) -> S3Result<Option<u64>> {
+    match len {
+        None => Ok(None),
+        Some(l) if l >= 0 => Ok(Some(l as u64)),
+        Some(_) => Err(s3_error!(InvalidArgument, "negative Content-Length")),
+    }
+}
+
+/// A continuation token names where the next page starts: `k` + key, or `p` +
+/// common prefix. It is opaque to clients but readable in logs.
+pub(super) fn encode_token(a: &After) -> String {
+    match a {
+        After::Key(k) => format!("k{k}"),
+        After::Prefix(p) => format!("p{p}"),
+    }
+}
+
+pub(super) fn decode_token(t: &str) -> S3Result<After> {
+    if let Some(k) = t.strip_prefix('k') {
+        Ok(After::Key(k.to_string()))
+    } else if let Some(p) = t.strip_prefix('p') {
+        Ok(After::Prefix(p.to_string()))
+    } else {
+        Err(s3_error!(InvalidArgument, "invalid continuation token"))
+    }
+}
+
+pub(super) fn max_keys(m: Option<i32>) -> S3Result<usize> {
+    match m {
+        None => Ok(1000),
+        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(n) => Ok((n as usize).min(1000)),
+    }
+}
+
+pub(super) fn object_entry(key: String, rec: &ObjectRecord) -> Object {
+    Object {
+        key: Some(key),
+        size: Some(rec.size as i64),
+        e_tag: Some(etag(rec)),
+        last_modified: Some(timestamp(rec.modified_ms)),
+        storage_class: Some(ObjectStorageClass::from_static(
+            ObjectStorageClass::STANDARD,
+        )),
+        ..Default::default()
+    }
+}
+
+/// A listing page as S3's `Contents` and `CommonPrefixes`, keys written as `enc`
+/// says.
+pub(super) fn listing_entries(
+    listing: &cairn_meta::Listing,
+    enc: KeyEncoding,
+) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let contents = listing
+        .objects
+        .iter()
+        .map(|(k, r)| object_entry(enc.key(k.clone()), r))
+        .collect();
+    let prefixes = listing
+        .prefixes
+        .iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(enc.key(p.clone())),
+        })
+        .collect();
+    (contents, prefixes)
+}

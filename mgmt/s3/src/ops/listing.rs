@@ -1,0 +1,120 @@
+//! Listings: ListObjects (V1) and ListObjectsV2.
+
+use super::common::*;
+use super::CairnS3;
+use crate::encoding::KeyEncoding;
+use crate::error::to_s3;
+use cairn_meta::After;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+pub(super) async fn list_objects_v2(
+    s3: &CairnS3,
+    req: S3Request<ListObjectsV2Input>,
+) -> S3Result<S3Response<ListObjectsV2Output>> {
+    let tenant = s3.tenant(&req)?;
+    let mut input = req.input;
+    let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
+    // An empty delimiter is no delimiter (and is not echoed), as in S3.
+    input.delimiter = input.delimiter.filter(|d| !d.is_empty());
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = max_keys(input.max_keys)?;
+    let after = match (&input.continuation_token, &input.start_after) {
+        (Some(t), _) => Some(decode_token(t)?),
+        (None, Some(s)) if !s.is_empty() => Some(After::Key(s.clone())),
+        _ => None,
+    };
+    let listing = s3
+        .store
+        .list_objects(
+            tenant,
+            &input.bucket,
+            &prefix,
+            after,
+            input.delimiter.as_deref(),
+            max,
+        )
+        .await
+        .map_err(to_s3)?;
+    let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
+    let (contents, prefixes) = listing_entries(&listing, enc);
+    Ok(S3Response::new(ListObjectsV2Output {
+        name: Some(input.bucket),
+        prefix: enc.opt(input.prefix),
+        delimiter: enc.opt(input.delimiter),
+        max_keys: Some(max as i32),
+        key_count: Some(key_count),
+        is_truncated: Some(listing.next.is_some()),
+        continuation_token: input.continuation_token,
+        next_continuation_token: listing.next.as_ref().map(encode_token),
+        start_after: enc.opt(input.start_after),
+        contents: (!contents.is_empty()).then_some(contents),
+        common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_objects(
+    s3: &CairnS3,
+    req: S3Request<ListObjectsInput>,
+) -> S3Result<S3Response<ListObjectsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let mut input = req.input;
+    let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
+    input.delimiter = input.delimiter.filter(|d| !d.is_empty());
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = max_keys(input.max_keys)?;
+    // A marker that is itself a common prefix (the NextMarker of a page that
+    // ended on one) resumes past every key under it: those keys sort after the
+    // marker and would otherwise roll up into the same prefix again.
+    let delimiter = input.delimiter.as_deref();
+    let after = input
+        .marker
+        .clone()
+        .filter(|m| !m.is_empty())
+        .map(|m| match delimiter {
+            Some(d)
+                if m.starts_with(&prefix)
+                    && m[prefix.len()..]
+                        .find(d)
+                        .map(|p| prefix.len() + p + d.len())
+                        == Some(m.len()) =>
+            {
+                After::Prefix(m)
+            }
+            _ => After::Key(m),
+        });
+    let listing = s3
+        .store
+        .list_objects(
+            tenant,
+            &input.bucket,
+            &prefix,
+            after,
+            input.delimiter.as_deref(),
+            max,
+        )
+        .await
+        .map_err(to_s3)?;
+    // V1's NextMarker is the last key or prefix returned; a prefix marker is
+    // recognised as one when it comes back (see `after` above).
+    let next_marker = listing.next.as_ref().map(|a| match a {
+        After::Key(k) | After::Prefix(k) => k.clone(),
+    });
+    let (contents, prefixes) = listing_entries(&listing, enc);
+    Ok(S3Response::new(ListObjectsOutput {
+        name: Some(input.bucket),
+        prefix: enc.opt(input.prefix),
+        delimiter: enc.opt(input.delimiter),
+        // Always present in S3's V1 answer, empty when none was given.
+        marker: Some(enc.key(input.marker.unwrap_or_default())),
+        max_keys: Some(max as i32),
+        is_truncated: Some(next_marker.is_some()),
+        next_marker: enc.opt(next_marker),
+        contents: (!contents.is_empty()).then_some(contents),
+        common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}

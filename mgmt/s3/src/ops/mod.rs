@@ -1,0 +1,183 @@
+//! The S3 operations Cairn serves, each a thin translation onto the object store.
+//! The trait's methods below are the whole surface, in one place; each family's
+//! module does the work (`buckets`, `objects`, `listing`, `multipart`), on what
+//! `common` shares.
+
+mod buckets;
+mod common;
+mod listing;
+mod multipart;
+mod objects;
+
+use crate::auth::Keys;
+use cairn_objects::ObjectStore;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+use std::sync::Arc;
+
+/// The S3 service.
+#[derive(Clone)]
+pub struct CairnS3 {
+    store: Arc<ObjectStore>,
+    keys: Keys,
+}
+
+impl std::fmt::Debug for CairnS3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CairnS3")
+    }
+}
+
+impl CairnS3 {
+    pub fn new(store: Arc<ObjectStore>, keys: Keys) -> CairnS3 {
+        CairnS3 { store, keys }
+    }
+
+    /// The tenant of an authenticated request. `s3s` has already verified the
+    /// signature; anonymous requests are refused here (no public buckets yet).
+    fn tenant<T>(&self, req: &S3Request<T>) -> S3Result<u64> {
+        let creds = req
+            .credentials
+            .as_ref()
+            .ok_or_else(|| s3_error!(AccessDenied, "anonymous access is not allowed"))?;
+        self.keys
+            .tenant(&creds.access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))
+    }
+}
+
+#[async_trait::async_trait]
+impl S3 for CairnS3 {
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        buckets::create_bucket(self, req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        buckets::delete_bucket(self, req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        buckets::head_bucket(self, req).await
+    }
+
+    async fn get_bucket_location(
+        &self,
+        req: S3Request<GetBucketLocationInput>,
+    ) -> S3Result<S3Response<GetBucketLocationOutput>> {
+        buckets::get_bucket_location(self, req).await
+    }
+
+    async fn list_buckets(
+        &self,
+        req: S3Request<ListBucketsInput>,
+    ) -> S3Result<S3Response<ListBucketsOutput>> {
+        buckets::list_buckets(self, req).await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        objects::put_object(self, req).await
+    }
+
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        objects::get_object(self, req).await
+    }
+
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        objects::head_object(self, req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        objects::delete_object(self, req).await
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        objects::delete_objects(self, req).await
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        objects::copy_object(self, req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        listing::list_objects_v2(self, req).await
+    }
+
+    async fn list_objects(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        listing::list_objects(self, req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create_multipart_upload(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete_multipart_upload(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort_multipart_upload(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_multipart_uploads(self, req).await
+    }
+}

@@ -1,0 +1,275 @@
+//! Objects: put, get, head, delete (one or many), copy.
+
+use super::common::*;
+use super::CairnS3;
+use crate::error::to_s3;
+use crate::integrity::{self, Expectations, Verified};
+use cairn_meta::Precondition;
+use futures::StreamExt;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+pub(super) async fn put_object(
+    s3: &CairnS3,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let len = content_length(input.content_length)?;
+    let body = match input.body {
+        Some(b) => b,
+        None if len.unwrap_or(0) == 0 => {
+            StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
+        }
+        None => return Err(s3_error!(IncompleteBody)),
+    };
+    let expect = Expectations::of(
+        &req.headers,
+        input.content_md5.as_deref(),
+        req.trailing_headers,
+    )?;
+    let (body, verdict) = Verified::new(body, expect);
+    let mut attrs = attrs(&req.headers, input.content_type, input.metadata);
+    attrs.checksum = verdict.slot.clone();
+    let rec = s3
+        .store
+        .put_object(
+            tenant,
+            &input.bucket,
+            &input.key,
+            body,
+            len,
+            attrs,
+            precondition(input.if_match, input.if_none_match)?,
+        )
+        .await
+        .map_err(|e| verdict.failure().unwrap_or_else(|| to_s3(e)))?;
+    let mut out = PutObjectOutput {
+        e_tag: Some(etag(&rec)),
+        ..Default::default()
+    };
+    set_checksum!(out, rec.checksum.as_ref());
+    out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    Ok(S3Response::new(out))
+}
+
+pub(super) async fn get_object(
+    s3: &CairnS3,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let rec = s3
+        .store
+        .head_object(tenant, &input.bucket, &input.key)
+        .await
+        .map_err(to_s3)?;
+    check_read_conditions(
+        &rec,
+        &input.if_match,
+        &input.if_none_match,
+        &input.if_modified_since,
+        &input.if_unmodified_since,
+    )?;
+    let (start, end, content_range) = match &input.range {
+        None => (0, rec.size, None),
+        Some(r) => {
+            let rr = r.check(rec.size).map_err(|_| {
+                s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size)
+            })?;
+            let cr = format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size);
+            (rr.start, rr.end, Some(cr))
+        }
+    };
+    let mut stream = s3.store.read(tenant, &rec, start, end);
+    // Read the first piece before answering, so an object that cannot be read
+    // gets a proper error status instead of a 200 with a truncated body. Later
+    // pieces that fail can only abort the transfer (the status is sent).
+    let first = match stream.next().await {
+        Some(Ok(b)) => Some(b),
+        Some(Err(e)) => return Err(to_s3(e)),
+        None => None,
+    };
+    let stream = futures::stream::iter(first.map(Ok)).chain(stream);
+    let body = StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream));
+    let whole = content_range.is_none();
+    let mut out = GetObjectOutput {
+        body: Some(body),
+        content_length: Some((end - start) as i64),
+        content_range,
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&rec)),
+        last_modified: Some(timestamp(rec.modified_ms)),
+        content_type: Some(content_type(&rec)),
+        metadata: user_meta(&rec),
+        ..Default::default()
+    };
+    // A checksum covers the whole object: S3 sends none with a range.
+    if whole && wants_checksum(&input.checksum_mode) {
+        set_checksum!(out, rec.checksum.as_ref());
+        out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    }
+    let mut resp = S3Response::new(out);
+    serve_headers(&rec, &mut resp);
+    Ok(resp)
+}
+
+pub(super) async fn head_object(
+    s3: &CairnS3,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let rec = s3
+        .store
+        .head_object(tenant, &input.bucket, &input.key)
+        .await
+        .map_err(to_s3)?;
+    check_read_conditions(
+        &rec,
+        &input.if_match,
+        &input.if_none_match,
+        &input.if_modified_since,
+        &input.if_unmodified_since,
+    )?;
+    let mut out = HeadObjectOutput {
+        content_length: Some(rec.size as i64),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(etag(&rec)),
+        last_modified: Some(timestamp(rec.modified_ms)),
+        content_type: Some(content_type(&rec)),
+        metadata: user_meta(&rec),
+        ..Default::default()
+    };
+    if wants_checksum(&input.checksum_mode) {
+        set_checksum!(out, rec.checksum.as_ref());
+        out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    }
+    let mut resp = S3Response::new(out);
+    serve_headers(&rec, &mut resp);
+    Ok(resp)
+}
+
+pub(super) async fn delete_object(
+    s3: &CairnS3,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    s3.store
+        .delete_object(tenant, &req.input.bucket, &req.input.key)
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+pub(super) async fn delete_objects(
+    s3: &CairnS3,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    s3.store
+        .bucket(tenant, &input.bucket)
+        .await
+        .map_err(to_s3)?;
+    if input.delete.objects.len() > 1000 {
+        return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
+    }
+    let quiet = input.delete.quiet.unwrap_or(false);
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for o in input.delete.objects {
+        match s3.store.delete_object(tenant, &input.bucket, &o.key).await {
+            Ok(()) => {
+                if !quiet {
+                    deleted.push(DeletedObject {
+                        key: Some(o.key),
+                        ..Default::default()
+                    })
+                }
+            }
+            Err(e) => {
+                let e = to_s3(e);
+                errors.push(Error {
+                    key: Some(o.key),
+                    code: Some(e.code().as_str().to_string()),
+                    message: e.message().map(|m| m.to_string()),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: if errors.is_empty() {
+            None
+        } else {
+            Some(errors)
+        },
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn copy_object(
+    s3: &CairnS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let (src_bucket, src_key) = match &input.copy_source {
+        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        _ => return Err(s3_error!(NotImplemented, "access-point copy sources")),
+    };
+    let src = s3
+        .store
+        .head_object(tenant, &src_bucket, &src_key)
+        .await
+        .map_err(to_s3)?;
+    check_read_conditions(
+        &src,
+        &input.copy_source_if_match,
+        &input.copy_source_if_none_match,
+        &input.copy_source_if_modified_since,
+        &input.copy_source_if_unmodified_since,
+    )
+    .map_err(|e| {
+        // Copy conditions fail with 412 in both directions.
+        if *e.code() == s3s::S3ErrorCode::NotModified {
+            s3_error!(PreconditionFailed)
+        } else {
+            e
+        }
+    })?;
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    if src_bucket == input.bucket && src_key == input.key && !replace {
+        return Err(s3_error!(
+            InvalidRequest,
+            "copying an object onto itself without changing its metadata is not allowed"
+        ));
+    }
+    let new_attrs = replace.then(|| attrs(&req.headers, input.content_type, input.metadata));
+    let rec = s3
+        .store
+        .copy_object(
+            tenant,
+            &src_bucket,
+            &src_key,
+            &input.bucket,
+            &input.key,
+            new_attrs,
+            Precondition::default(),
+        )
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(etag(&rec)),
+            last_modified: Some(timestamp(rec.modified_ms)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
