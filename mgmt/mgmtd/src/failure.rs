@@ -110,9 +110,10 @@ impl From<MgmtError> for Failure {
             MgmtError::Meta(m) => meta_kind(m),
             MgmtError::Objects(o) => object_kind(o),
             MgmtError::DatapathUnreachable { .. } => ErrorKind::Unavailable,
-            MgmtError::Config(_) | MgmtError::Io { .. } | MgmtError::Credentials(_) => {
-                ErrorKind::Internal
-            }
+            MgmtError::Config(_)
+            | MgmtError::Io { .. }
+            | MgmtError::Credentials(_)
+            | MgmtError::S3Domain(_) => ErrorKind::Internal,
         };
         Failure::new(kind, e)
     }

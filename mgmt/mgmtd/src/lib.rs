@@ -60,6 +60,8 @@ pub enum MgmtError {
     AmbiguousNode(String),
     #[error("node {node} still holds {held} fragments: drain it first (or --force)")]
     NodeHoldsFragments { node: String, held: u64 },
+    #[error(transparent)]
+    S3Domain(#[from] cairn_s3::BadDomain),
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MgmtError {
@@ -73,6 +75,8 @@ pub struct Config {
     /// The node's state directory: metadata, credentials, admin token.
     pub data: PathBuf,
     pub s3: SocketAddr,
+    /// Domains for virtual-hosted-style S3 requests.
+    pub s3_domains: Vec<String>,
     pub admin: SocketAddr,
     /// Set: RESP (Redis protocol) served here, over the same objects as S3.
     pub resp: Option<SocketAddr>,
@@ -245,6 +249,8 @@ async fn run_cluster(
         },
     );
     let keys = cairn_s3::Keys::new(keys);
+    // Checked before anything serves: a bad domain stops the start.
+    let domains = cairn_s3::Domains::new(cfg.s3_domains.clone())?;
     let s3_task = tokio::spawn({
         let node = node.clone();
         let stop = stopped(stop_rx.clone());
@@ -275,7 +281,7 @@ async fn run_cluster(
                         resp_max_clients,
                         resp_stop,
                     );
-                    let s3 = cairn_s3::serve(s3_listener, store, keys, s3_stop);
+                    let s3 = cairn_s3::serve(s3_listener, store, keys, domains, s3_stop);
                     if let (Err(e), ()) = tokio::join!(s3, resp) {
                         tracing::error!("S3 stopped: {e}");
                     }

@@ -12,9 +12,11 @@ mod error;
 mod guard;
 mod integrity;
 mod ops;
+mod vhost;
 
 pub use auth::{Credential, Keys};
 pub use ops::CairnS3;
+pub use vhost::{BadDomain, Domains};
 
 use cairn_objects::ObjectStore;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -35,11 +37,15 @@ pub async fn serve(
     listener: TcpListener,
     store: Arc<ObjectStore>,
     keys: Keys,
+    domains: Domains,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), S3FrontError> {
     let service = {
         let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store, keys.clone()));
         b.set_auth(keys);
+        if !domains.is_empty() {
+            b.set_host(domains);
+        }
         b.build()
     };
     let mut conn = ConnBuilder::new(TokioExecutor::new());

@@ -89,6 +89,10 @@ pub fn mgmtd_args(
         "--ready-file".into(),
         run.join(MGMTD_READY).display().to_string(),
     ];
+    for d in &cfg.s3.domains {
+        a.push("--s3-domain".into());
+        a.push(d.clone());
+    }
     if let (Mode::Cluster, Some(c)) = (cfg.mode, &cfg.cluster) {
         a.push("--internal".into());
         a.push(c.internal.to_string());

@@ -46,6 +46,10 @@ pub struct S3 {
     pub listen: SocketAddr,
     pub access_key: String,
     pub secret_key: String,
+    /// Domains for virtual-hosted-style requests (`bucket.DOMAIN`), e.g.
+    /// `["s3.example.com"]`; path style works whatever is set.
+    #[serde(default)]
+    pub domains: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -403,6 +407,17 @@ impl NodeConfig {
                 "s3.secret_key",
                 "must be 8..128 printable ASCII characters without spaces".into(),
             );
+        }
+        for d in &self.s3.domains {
+            let ok = d.split('.').all(|p| {
+                !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+            if !ok {
+                return err(
+                    "s3.domains",
+                    format!("{d:?} is not a domain name (letters, digits, '-', dots between)"),
+                );
+            }
         }
         if !(1..=64).contains(&self.datapath.reactors) {
             return err("datapath.reactors", "must be 1..64".into());

@@ -108,6 +108,10 @@ fn each_kind_of_bad_input_names_the_field() {
         // validation
         (&MIN.replace("\"n1\"", "\"Bad_Host\""), "field `hostname`"),
         (&MIN.replace("secretsecret", "short"), "field `s3.secret_key`"),
+        (
+            &MIN.replace("[s3]", "[s3]\ndomains = [\"s3.example.com\", \"bad domain\"]"),
+            "field `s3.domains`",
+        ),
         (&MIN.replace("all_nvme = true", ""), "field `drives`"),
         (&format!("mode = \"cluster\"\n{MIN}"), "field `cluster`"),
         (

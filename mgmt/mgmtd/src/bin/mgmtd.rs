@@ -17,6 +17,10 @@ struct Args {
     /// S3 listen address.
     #[arg(long, default_value = "127.0.0.1:9000")]
     s3: SocketAddr,
+    /// A domain for virtual-hosted-style S3 (`bucket.DOMAIN`); repeatable. Path
+    /// style works whatever is set.
+    #[arg(long = "s3-domain", env = "CAIRN_S3_DOMAINS", value_delimiter = ',')]
+    s3_domains: Vec<String>,
     /// Admin API listen address.
     #[arg(long, default_value = "127.0.0.1:9001")]
     admin: SocketAddr,
@@ -140,6 +144,7 @@ async fn main() -> std::process::ExitCode {
     let cfg = Config {
         data: args.data,
         s3: args.s3,
+        s3_domains: args.s3_domains,
         admin: args.admin,
         resp: args.resp,
         resp_max_clients: args.resp_max_clients.max(1),

@@ -52,6 +52,11 @@ pub struct UpArgs {
     /// every node's address.
     #[arg(long, default_value = "127.0.0.1:6379")]
     resp: SocketAddr,
+    /// Domains for virtual-hosted-style S3 (`bucket.DOMAIN`), repeatable; path style
+    /// works too. `*.localhost` names resolve to loopback in curl, browsers and
+    /// systemd-resolved, so `http://demo.s3.localhost:9000/key` reaches bucket demo.
+    #[arg(long = "s3-domain", default_value = "s3.localhost")]
+    s3_domains: Vec<String>,
     /// Admin API listen address of a single node (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     admin: SocketAddr,
@@ -195,6 +200,9 @@ fn node(
     }
     let mut mg_args = supervisor::mgmtd_args(&dir, &e.s3, &e.admin, &e.datapath, args.drives);
     mg_args.extend(["--resp".to_string(), e.resp.clone()]);
+    for d in &args.s3_domains {
+        mg_args.extend(["--s3-domain".to_string(), d.clone()]);
+    }
     if let (Some(internal), Some(peer)) = (&e.internal, &e.peer) {
         mg_args.extend([
             "--internal".to_string(),
