@@ -109,7 +109,11 @@ impl Cluster {
                 if !alone && (me.since_leader() < timeout || Instant::now() < next_try) {
                     continue;
                 }
-                if alone || me.prevote_quorum(&configs).await {
+                // A leader may have won while the pre-vote waited for slow or
+                // unreachable voters (up to PREVOTE_TIMEOUT): campaigning then would
+                // unseat it, so ask again whether one has spoken since.
+                if alone || (me.prevote_quorum(&configs).await && me.since_leader() >= ELECTION_MIN)
+                {
                     tracing::info!("election timeout passed and a quorum would vote: campaigning");
                     if let Err(e) = me.raft.trigger().elect().await {
                         tracing::warn!("election: {e}");

@@ -143,6 +143,9 @@ pub(crate) struct Node {
     /// 1-based position (what `dev stop`/`start` take); 1 for a single node.
     pub(crate) n: u16,
     pub(crate) dir: PathBuf,
+    /// Present while `nodectl dev stop` holds the node down; outside the node's
+    /// directory, so wiping that directory does not let the node start again.
+    pub(crate) held: PathBuf,
     /// The cluster's id for the node, from mgmtd's ready file.
     pub(crate) id: String,
     pub(crate) datapathd: Daemon,
@@ -152,7 +155,7 @@ pub(crate) struct Node {
 impl Node {
     /// Present while `nodectl dev stop` holds the node down.
     pub(crate) fn stopped_marker(&self) -> PathBuf {
-        self.dir.join("stopped")
+        self.held.clone()
     }
 
     /// Starts whichever of its daemons is not running, datapathd first.

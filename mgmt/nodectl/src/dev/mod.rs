@@ -14,7 +14,7 @@
 //! DIR/state/root-credentials.json  the root S3 credentials (every node's)
 //! DIR/run/dev.json                 every node's id, endpoints and daemon pids
 //! DIR/run/lock                     held while the supervisor runs
-//! [node dir]/stopped               present while `dev stop K` holds node K down
+//! DIR/run/stopped-nK               present while `dev stop K` holds node K down
 //! ```
 //! A single node's layout is the node directory itself, so data directories from
 //! before clusters existed keep working as they are.
@@ -176,6 +176,7 @@ fn place(
 /// Node `n`'s two daemons, as the supervisor runs them.
 fn node(
     args: &UpArgs,
+    data: &Path,
     n: u16,
     (dir, e): (PathBuf, &Endpoints),
     root: &RootCredentials,
@@ -238,6 +239,7 @@ fn node(
     ];
     Ok(Node {
         n,
+        held: state::held_marker(data, n),
         id: String::new(),
         datapathd: Daemon::new(
             "datapathd",
@@ -285,7 +287,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
     let mut ends = Vec::new();
     for n in 1..=args.nodes {
         let (dir, e) = place(&args, &data, n, netns.as_ref())?;
-        nodes.push(node(&args, n, (dir, &e), &root, netns.as_ref())?);
+        nodes.push(node(&args, &data, n, (dir, &e), &root, netns.as_ref())?);
         ends.push(e);
     }
     let started = Instant::now();

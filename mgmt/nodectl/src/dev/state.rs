@@ -102,6 +102,12 @@ impl DevState {
     }
 }
 
+/// Present while `dev stop` holds node `n` down: `DIR/run/stopped-nK`, outside
+/// the node's own directory, so wiping that one (a replaced node) keeps it held.
+pub(crate) fn held_marker(data: &Path, n: u16) -> std::path::PathBuf {
+    data.join("run").join(format!("stopped-n{n}"))
+}
+
 /// `nodectl dev status`.
 pub fn status(data: &Path, json: bool) -> Result<(), NodectlError> {
     let s = read(data)?;
@@ -133,7 +139,7 @@ pub fn status(data: &Path, json: bool) -> Result<(), NodectlError> {
 pub fn stop(data: &Path, node: u16, hard: bool) -> Result<(), NodectlError> {
     let s = read(data)?;
     let n = s.node(node)?;
-    std::fs::write(Path::new(&n.dir).join("stopped"), b"").map_err(io_err("mark node stopped"))?;
+    std::fs::write(held_marker(data, node), b"").map_err(io_err("mark node stopped"))?;
     if hard {
         for pid in [n.mgmtd_pid, n.datapathd_pid].into_iter().flatten() {
             kill(pid, nix::sys::signal::Signal::SIGKILL);
@@ -156,8 +162,8 @@ pub fn stop(data: &Path, node: u16, hard: bool) -> Result<(), NodectlError> {
 /// `nodectl dev start NODE`: lets the supervisor start the node again.
 pub fn start(data: &Path, node: u16) -> Result<(), NodectlError> {
     let s = read(data)?;
-    let n = s.node(node)?;
-    match std::fs::remove_file(Path::new(&n.dir).join("stopped")) {
+    s.node(node)?;
+    match std::fs::remove_file(held_marker(data, node)) {
         Ok(()) => println!("node {node} starting"),
         Err(_) => println!("node {node} was not stopped"),
     }
