@@ -127,6 +127,8 @@ fn well_formed(a: ChecksumAlgorithm, value: &str) -> S3Result<String> {
 enum Expected {
     Header(String),
     Trailer(s3s::TrailingHeaders),
+    /// Nothing to compare: the checksum is made (a part copied inside the cluster).
+    Computed,
 }
 
 /// What a request says its body must match.
@@ -212,6 +214,14 @@ impl Expectations {
         Ok(Expectations { md5, checksum })
     }
 
+    /// No check, only the checksum in `a` made as the body goes by.
+    pub fn computed(a: ChecksumAlgorithm) -> Expectations {
+        Expectations {
+            md5: None,
+            checksum: Some((a, Expected::Computed)),
+        }
+    }
+
     /// The algorithm the body's checksum is in, if it has one.
     pub fn algorithm(&self) -> Option<ChecksumAlgorithm> {
         self.checksum.as_ref().map(|c| c.0)
@@ -275,7 +285,9 @@ impl<S> Verified<S> {
         let Some((hasher, a, expected)) = self.checksum.take() else {
             return Poll::Ready(None);
         };
+        let value = hasher.finish();
         let want = match expected {
+            Expected::Computed => value.clone(),
             Expected::Header(v) => v,
             Expected::Trailer(t) => {
                 let got = t.take().and_then(|h| {
@@ -295,7 +307,6 @@ impl<S> Verified<S> {
                 }
             }
         };
-        let value = hasher.finish();
         if value != want {
             return self.fail(s3_error!(
                 BadDigest,

@@ -11,6 +11,7 @@ pub(super) async fn create_bucket(
     req: S3Request<CreateBucketInput>,
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let tenant = s3.tenant(&req)?;
+    super::access::refuse_grants(&req.headers, None, "")?;
     let name = &req.input.bucket;
     check_bucket_name(name)?;
     match s3.store.meta().bucket(name).map_err(|e| to_s3(e.into()))? {

@@ -1,7 +1,7 @@
 //! Multipart uploads: create, upload a part, complete, abort, list parts and uploads.
 
 use super::common::*;
-use super::CairnS3;
+use super::{access, CairnS3};
 use crate::encoding::KeyEncoding;
 use crate::error::to_s3;
 use crate::integrity::{self, Expectations, Verified};
@@ -14,6 +14,8 @@ pub(super) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let tenant = s3.tenant(&req)?;
+    access::refuse_sse(&req.headers)?;
+    access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
     let algorithm = match &input.checksum_algorithm {
         None => None,
@@ -64,6 +66,7 @@ pub(super) async fn upload_part(
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let tenant = s3.tenant(&req)?;
+    access::refuse_sse(&req.headers)?;
     let input = req.input;
     let len = content_length(input.content_length)?;
     let part = u32::try_from(input.part_number)
@@ -134,11 +137,27 @@ pub(super) async fn complete_multipart_upload(
     if parts.is_empty() {
         return Err(s3_error!(MalformedXML, "the upload lists no parts"));
     }
-    let upload = s3
+    let etags: Vec<String> = parts
+        .iter()
+        .map(|p| {
+            p.e_tag
+                .as_ref()
+                .map(|e| e.value().to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    let upload = match s3
         .store
         .upload(tenant, &input.bucket, &input.upload_id, &input.key)
         .await
-        .map_err(to_s3)?;
+        .map_err(to_s3)
+    {
+        Ok(u) => u,
+        Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchUpload => {
+            return repeated(s3, tenant, &input.bucket, &input.key, &etags, e).await
+        }
+        Err(e) => return Err(e),
+    };
     let stored: std::collections::BTreeMap<u32, cairn_meta::PartRecord> =
         match upload.checksum_algorithm {
             Some(_) => s3
@@ -192,7 +211,7 @@ pub(super) async fn complete_multipart_upload(
         }
         None => None,
     };
-    let rec = s3
+    let done = s3
         .store
         .complete_upload(
             tenant,
@@ -204,17 +223,59 @@ pub(super) async fn complete_multipart_upload(
             checksum,
         )
         .await
-        .map_err(to_s3)?;
+        .map_err(to_s3);
+    match done {
+        Ok(rec) => Ok(S3Response::new(completed(&input.bucket, &input.key, &rec))),
+        // Completed meanwhile by a retry of this same request.
+        Err(e) if *e.code() == s3s::S3ErrorCode::NoSuchUpload => {
+            repeated(s3, tenant, &input.bucket, &input.key, &etags, e).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn completed(
+    bucket: &str,
+    key: &str,
+    rec: &cairn_meta::ObjectRecord,
+) -> CompleteMultipartUploadOutput {
     let mut out = CompleteMultipartUploadOutput {
-        bucket: Some(input.bucket.clone()),
-        key: Some(input.key.clone()),
-        location: Some(format!("/{}/{}", input.bucket, input.key)),
-        e_tag: Some(etag(&rec)),
+        bucket: Some(bucket.to_string()),
+        key: Some(key.to_string()),
+        location: Some(format!("/{bucket}/{key}")),
+        e_tag: Some(etag(rec)),
         ..Default::default()
     };
     set_checksum!(out, rec.checksum.as_ref());
     out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
-    Ok(S3Response::new(out))
+    out
+}
+
+/// A completion repeated after it succeeded (a client retrying a complete whose
+/// answer it lost) finds its upload gone. S3 answers it with the first result, so
+/// the retry does not turn a stored upload into a failure: the object under the
+/// key is this upload's if its ETag is the one the listed parts make.
+async fn repeated(
+    s3: &CairnS3,
+    tenant: u64,
+    bucket: &str,
+    key: &str,
+    etags: &[String],
+    gone: s3s::S3Error,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    use s3s::crypto::Checksum as _;
+    let mut md5 = s3s::crypto::Md5::new();
+    for e in etags {
+        match hex::decode(e.trim_matches('"')) {
+            Ok(raw) => md5.update(&raw),
+            Err(_) => return Err(gone),
+        }
+    }
+    let want = format!("{}-{}", hex::encode(md5.finalize()), etags.len());
+    match s3.store.head_object(tenant, bucket, key).await {
+        Ok(rec) if rec.etag == want => Ok(S3Response::new(completed(bucket, key, &rec))),
+        _ => Err(gone),
+    }
 }
 
 pub(super) async fn abort_multipart_upload(
@@ -335,4 +396,92 @@ pub(super) async fn list_multipart_uploads(
         uploads: Some(uploads),
         ..Default::default()
     }))
+}
+
+/// UploadPartCopy: a part made from (a range of) an existing object, copied inside
+/// the cluster (the bytes never pass through the client).
+pub(super) async fn upload_part_copy(
+    s3: &CairnS3,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let tenant = s3.tenant(&req)?;
+    access::refuse_sse(&req.headers)?;
+    let input = req.input;
+    let part = u32::try_from(input.part_number)
+        .map_err(|_| s3_error!(InvalidArgument, "invalid part number"))?;
+    let (_, _, src) = super::objects::copy_source(
+        s3,
+        tenant,
+        &input.copy_source,
+        [
+            &input.copy_source_if_match,
+            &input.copy_source_if_none_match,
+        ],
+        [
+            &input.copy_source_if_modified_since,
+            &input.copy_source_if_unmodified_since,
+        ],
+    )
+    .await?;
+    let (start, end) = match &input.copy_source_range {
+        None => (0, src.size),
+        Some(r) => copy_range(r, src.size)?,
+    };
+    let upload = s3
+        .store
+        .upload(tenant, &input.bucket, &input.upload_id, &input.key)
+        .await
+        .map_err(to_s3)?;
+    // An upload with a checksum algorithm gets the copied part's checksum made
+    // as the bytes go by.
+    let expect = match upload.checksum_algorithm {
+        Some(a) => Expectations::computed(a),
+        None => Expectations::default(),
+    };
+    let (body, verdict) = Verified::new(s3.store.read(tenant, &src, start, end), expect);
+    let rec = s3
+        .store
+        .upload_part(
+            tenant,
+            &input.bucket,
+            &input.key,
+            &input.upload_id,
+            part,
+            body,
+            Some(end - start),
+            verdict.slot.clone(),
+        )
+        .await
+        .map_err(|e| verdict.failure().unwrap_or_else(|| to_s3(e)))?;
+    let mut result = CopyPartResult {
+        e_tag: Some(ETag::Strong(rec.etag.clone())),
+        last_modified: Some(timestamp(rec.modified_ms)),
+        ..Default::default()
+    };
+    set_checksum!(result, rec.checksum.as_ref());
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(result),
+        ..Default::default()
+    }))
+}
+
+/// `x-amz-copy-source-range: bytes=FIRST-LAST` as the half-open range it names;
+/// S3 takes only that form, inside the source.
+fn copy_range(r: &str, size: u64) -> S3Result<(u64, u64)> {
+    let bad = || {
+        s3_error!(
+            InvalidArgument,
+            "Range specified is not valid for source object of size: {size}"
+        )
+    };
+    let (a, b) = r
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|x| x.split_once('-'))
+        .ok_or_else(bad)?;
+    let (a, b): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a > b || b >= size {
+        return Err(bad());
+    }
+    Ok((a, b + 1))
 }

@@ -1,7 +1,7 @@
 //! Objects: put, get, head, delete (one or many), copy.
 
 use super::common::*;
-use super::CairnS3;
+use super::{access, CairnS3};
 use crate::error::to_s3;
 use crate::integrity::{self, Expectations, Verified};
 use cairn_meta::Precondition;
@@ -14,6 +14,8 @@ pub(super) async fn put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let tenant = s3.tenant(&req)?;
+    access::refuse_sse(&req.headers)?;
+    access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
     let len = content_length(input.content_length)?;
     let body = match input.body {
@@ -58,6 +60,7 @@ pub(super) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let tenant = s3.tenant(&req)?;
+    access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
     let rec = s3
         .store
@@ -71,9 +74,24 @@ pub(super) async fn get_object(
         &input.if_modified_since,
         &input.if_unmodified_since,
     )?;
-    let (start, end, content_range) = match &input.range {
-        None => (0, rec.size, None),
-        Some(r) => {
+    let parts = parts_of(&rec);
+    let (start, end, content_range) = match (&input.range, input.part_number) {
+        (Some(_), Some(_)) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Cannot specify both Range header and partNumber query parameter"
+            ))
+        }
+        (None, Some(n)) => {
+            let (a, b) = part_span(&parts, n)?;
+            (
+                a,
+                b,
+                Some(format!("bytes {a}-{}/{}", b.max(1) - 1, rec.size)),
+            )
+        }
+        (None, None) => (0, rec.size, None),
+        (Some(r), None) => {
             let rr = r.check(rec.size).map_err(|_| {
                 s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size)
             })?;
@@ -94,6 +112,7 @@ pub(super) async fn get_object(
     let body = StreamingBlob::wrap(sync_wrapper::SyncStream::new(stream));
     let whole = content_range.is_none();
     let mut out = GetObjectOutput {
+        parts_count: input.part_number.map(|_| parts.len() as i32),
         body: Some(body),
         content_length: Some((end - start) as i64),
         content_range,
@@ -119,6 +138,7 @@ pub(super) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let tenant = s3.tenant(&req)?;
+    access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
     let rec = s3
         .store
@@ -132,8 +152,17 @@ pub(super) async fn head_object(
         &input.if_modified_since,
         &input.if_unmodified_since,
     )?;
+    let parts = parts_of(&rec);
+    let length = match input.part_number {
+        Some(n) => {
+            let (a, b) = part_span(&parts, n)?;
+            b - a
+        }
+        None => rec.size,
+    };
     let mut out = HeadObjectOutput {
-        content_length: Some(rec.size as i64),
+        parts_count: input.part_number.map(|_| parts.len() as i32),
+        content_length: Some(length as i64),
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec)),
         last_modified: Some(timestamp(rec.modified_ms)),
@@ -210,36 +239,94 @@ pub(super) async fn delete_objects(
     }))
 }
 
-pub(super) async fn copy_object(
+/// The sizes of an object's parts: one per extent of a multipart object (its
+/// ETag ends in `-N`), the whole object otherwise.
+fn parts_of(rec: &cairn_meta::ObjectRecord) -> Vec<u64> {
+    if rec.etag.contains('-') {
+        rec.extents.iter().map(|e| e.size).collect()
+    } else {
+        vec![rec.size]
+    }
+}
+
+/// Part `n`'s bytes (`?partNumber=n`), as a half-open range.
+fn part_span(parts: &[u64], n: i32) -> S3Result<(u64, u64)> {
+    let i = usize::try_from(n)
+        .ok()
+        .filter(|&n| (1..=parts.len()).contains(&n));
+    let Some(i) = i else {
+        let mut e = s3s::S3Error::with_message(
+            s3s::S3ErrorCode::Custom("InvalidPartNumber".into()),
+            format!(
+                "The requested partnumber is not satisfiable ({} parts)",
+                parts.len()
+            ),
+        );
+        e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+        return Err(e);
+    };
+    let start: u64 = parts[..i - 1].iter().sum();
+    Ok((start, start + parts[i - 1]))
+}
+
+/// A copy's source, read under its conditions (`x-amz-copy-source-if-match`,
+/// `-if-none-match`, `-if-modified-since`, `-if-unmodified-since`; each failure is
+/// 412, in both directions).
+pub(super) async fn copy_source(
     s3: &CairnS3,
-    req: S3Request<CopyObjectInput>,
-) -> S3Result<S3Response<CopyObjectOutput>> {
-    let tenant = s3.tenant(&req)?;
-    let input = req.input;
-    let (src_bucket, src_key) = match &input.copy_source {
+    tenant: u64,
+    source: &CopySource,
+    [if_match, if_none_match]: [&Option<ETagCondition>; 2],
+    [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
+) -> S3Result<(String, String, cairn_meta::ObjectRecord)> {
+    let (bucket, key) = match source {
         CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
         _ => return Err(s3_error!(NotImplemented, "access-point copy sources")),
     };
     let src = s3
         .store
-        .head_object(tenant, &src_bucket, &src_key)
+        .head_object(tenant, &bucket, &key)
         .await
         .map_err(to_s3)?;
     check_read_conditions(
         &src,
-        &input.copy_source_if_match,
-        &input.copy_source_if_none_match,
-        &input.copy_source_if_modified_since,
-        &input.copy_source_if_unmodified_since,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
     )
     .map_err(|e| {
-        // Copy conditions fail with 412 in both directions.
         if *e.code() == s3s::S3ErrorCode::NotModified {
             s3_error!(PreconditionFailed)
         } else {
             e
         }
     })?;
+    Ok((bucket, key, src))
+}
+
+pub(super) async fn copy_object(
+    s3: &CairnS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let tenant = s3.tenant(&req)?;
+    access::refuse_sse(&req.headers)?;
+    access::refuse_grants(&req.headers, None, "")?;
+    let input = req.input;
+    let (src_bucket, src_key, _src) = copy_source(
+        s3,
+        tenant,
+        &input.copy_source,
+        [
+            &input.copy_source_if_match,
+            &input.copy_source_if_none_match,
+        ],
+        [
+            &input.copy_source_if_modified_since,
+            &input.copy_source_if_unmodified_since,
+        ],
+    )
+    .await?;
     let replace = input
         .metadata_directive
         .as_ref()
