@@ -31,7 +31,9 @@ async fn buckets_are_addressed_by_host_under_a_configured_domain() {
     assert_eq!(get_bytes(&c, "vhost", "dir/key.txt").await.unwrap(), body);
 
     // PUT path style, read back virtual-hosted (the other domain, any case).
-    put_bytes(&c, "vhost", "other", b"path style").await.unwrap();
+    put_bytes(&c, "vhost", "other", b"path style")
+        .await
+        .unwrap();
     let host2 = format!("vhost.OBJECTS.example.com:{port}");
     let req = signed_request(
         &node,
