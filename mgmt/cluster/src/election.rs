@@ -9,11 +9,11 @@
 //! to campaign, the way Raft's pre-vote does (Ongaro's thesis, 9.6):
 //!
 //! - A voter that has not heard from a leader for an election timeout (random in
-//!   1–2 s, drawn again after each try) asks every other voter whether it would vote
+//!   2–3 s, drawn again after each try) asks every other voter whether it would vote
 //!   for it (`/raft/prevote`). Nothing changes state on either side.
 //! - A voter says yes only if it is not the leader, has not heard from a leader for
-//!   the minimum election timeout itself, and the candidate's log is at least as up
-//!   to date as its own.
+//!   openraft's leader lease (2 s: sooner, openraft itself would refuse the real
+//!   vote), and the candidate's log is at least as up to date as its own.
 //! - Only with a yes from a quorum of every voter configuration (itself included)
 //!   does the candidate trigger openraft's election, which raises its term.
 //!
@@ -44,9 +44,17 @@ pub(crate) struct PreVote {
     pub last_log_id: Option<LogId>,
 }
 
+/// How long a voter keeps to the leader it heard from: openraft refuses a real
+/// vote for this long after the leader last spoke (its leader lease, which is its
+/// `election_timeout_max`), so a pre-vote granted any sooner would start an
+/// election the voters then refuse, and the candidates would split the next term.
+pub(crate) const LEADER_LEASE: Duration = ELECTION_MAX;
+
+/// A candidate's wait without a leader before it asks: past the lease, plus a
+/// random spread so that one voter usually asks first.
 fn election_timeout() -> Duration {
     let span = (ELECTION_MAX - ELECTION_MIN).as_millis() as u64;
-    ELECTION_MIN + Duration::from_millis(rand::random::<u64>() % span.max(1))
+    LEADER_LEASE + Duration::from_millis(rand::random::<u64>() % span.max(1))
 }
 
 impl Cluster {
@@ -70,7 +78,7 @@ impl Cluster {
     pub(crate) fn grant_prevote(&self, req: &PreVote) -> bool {
         let leading = self.raft.metrics().borrow().state == ServerState::Leader;
         let mine = self.log.last_log_id().ok().flatten();
-        let grant = !leading && self.since_leader() >= ELECTION_MIN && req.last_log_id >= mine;
+        let grant = !leading && self.since_leader() >= LEADER_LEASE && req.last_log_id >= mine;
         tracing::debug!(candidate = %format!("{:016x}", req.candidate), grant, leading,
             ?mine, theirs = ?req.last_log_id, "pre-vote");
         grant
@@ -112,7 +120,7 @@ impl Cluster {
                 // A leader may have won while the pre-vote waited for slow or
                 // unreachable voters (up to PREVOTE_TIMEOUT): campaigning then would
                 // unseat it, so ask again whether one has spoken since.
-                if alone || (me.prevote_quorum(&configs).await && me.since_leader() >= ELECTION_MIN)
+                if alone || (me.prevote_quorum(&configs).await && me.since_leader() >= LEADER_LEASE)
                 {
                     tracing::info!("election timeout passed and a quorum would vote: campaigning");
                     if let Err(e) = me.raft.trigger().elect().await {

@@ -250,11 +250,69 @@ async fn multipart_uploads_get_part_and_composite_checksums() {
         .send()
         .await;
     assert_eq!(code(r), "InvalidPart");
+    // ListParts carries each part's checksum.
+    let listed = c
+        .list_parts()
+        .bucket("mpu")
+        .key("obj")
+        .upload_id(&id)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.parts()[1].checksum_crc32(),
+        Some(crc32(&parts[1]).as_str())
+    );
+    let raw: Vec<u8> = parts
+        .iter()
+        .flat_map(|p| crc32fast::hash(p).to_be_bytes())
+        .collect();
+    let composite = format!("{}-2", crc32(&raw));
+    // A whole-object checksum sent with the completion is checked, not taken.
+    let r = c
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("obj")
+        .upload_id(&id)
+        .checksum_crc32("AAAAAA==-2")
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done.clone()))
+                .build(),
+        )
+        .send()
+        .await;
+    assert_eq!(code(r), "BadDigest");
+    let r = c
+        .complete_multipart_upload()
+        .bucket("mpu")
+        .key("obj")
+        .upload_id(&id)
+        .checksum_type(aws_sdk_s3::types::ChecksumType::FullObject)
+        .checksum_crc32(crc32(b"whatever"))
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done.clone()))
+                .build(),
+        )
+        .send()
+        .await;
+    assert_eq!(code(r), "NotImplemented");
+    assert!(
+        c.head_object()
+            .bucket("mpu")
+            .key("obj")
+            .send()
+            .await
+            .is_err(),
+        "a refused completion stored the object"
+    );
     let out = c
         .complete_multipart_upload()
         .bucket("mpu")
         .key("obj")
         .upload_id(&id)
+        .checksum_crc32(&composite)
         .multipart_upload(
             CompletedMultipartUpload::builder()
                 .set_parts(Some(done))
@@ -263,11 +321,6 @@ async fn multipart_uploads_get_part_and_composite_checksums() {
         .send()
         .await
         .unwrap();
-    let raw: Vec<u8> = parts
-        .iter()
-        .flat_map(|p| crc32fast::hash(p).to_be_bytes())
-        .collect();
-    let composite = format!("{}-2", crc32(&raw));
     assert_eq!(out.checksum_crc32(), Some(composite.as_str()));
     let h = c
         .head_object()
@@ -279,6 +332,43 @@ async fn multipart_uploads_get_part_and_composite_checksums() {
         .unwrap();
     assert_eq!(h.checksum_crc32(), Some(composite.as_str()));
     assert_eq!(h.content_length(), Some((6 * MIB + 7) as i64));
+
+    // An upload created without an algorithm: a part sent with a CRC32 keeps it,
+    // and listing that CRC32 at completion matches it.
+    let id = c
+        .create_multipart_upload()
+        .bucket("mpu")
+        .key("plain")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let p = random_bytes(1000, 13);
+    let out = c
+        .upload_part()
+        .bucket("mpu")
+        .key("plain")
+        .upload_id(&id)
+        .part_number(1)
+        .checksum_crc32(crc32(&p))
+        .body(ByteStream::from(p.clone()))
+        .send()
+        .await
+        .unwrap();
+    let part = CompletedPart::builder()
+        .part_number(1)
+        .e_tag(out.e_tag().unwrap())
+        .checksum_crc32(crc32(&p))
+        .build();
+    c.complete_multipart_upload()
+        .bucket("mpu")
+        .key("plain")
+        .upload_id(&id)
+        .multipart_upload(CompletedMultipartUpload::builder().parts(part).build())
+        .send()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -315,6 +405,18 @@ async fn standard_headers_are_kept_and_served() {
     assert_eq!(g.content_encoding(), Some("gzip"));
     assert_eq!(g.content_language(), Some("de"));
     assert_eq!(g.content_type(), Some("text/html"));
+    // A GET may override what is served (presigned download links do).
+    let g = c
+        .get_object()
+        .bucket("hdrs")
+        .key("page.html.gz")
+        .response_content_disposition("inline")
+        .response_cache_control("no-store")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(g.content_disposition(), Some("inline"));
+    assert_eq!(g.cache_control(), Some("no-store"));
     let h = c
         .head_object()
         .bucket("hdrs")

@@ -122,6 +122,30 @@ fn well_formed(a: ChecksumAlgorithm, value: &str) -> S3Result<String> {
     }
 }
 
+/// The one `x-amz-checksum-<alg>` header of a request that carries no body to
+/// check (CompleteMultipartUpload), as sent; two are refused.
+pub fn claimed(headers: &HeaderMap) -> S3Result<Option<(ChecksumAlgorithm, String)>> {
+    let mut given = ALGORITHMS
+        .into_iter()
+        .filter_map(|a| Some((a, headers.get(header(a))?)));
+    let first = given.next();
+    if given.next().is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed."
+        ));
+    }
+    match first {
+        None => Ok(None),
+        Some((a, v)) => {
+            let v = v.to_str().map_err(|_| {
+                s3_error!(InvalidRequest, "Value for {} header is invalid.", header(a))
+            })?;
+            Ok(Some((a, v.trim().to_string())))
+        }
+    }
+}
+
 /// Where the expected checksum comes from.
 #[derive(Debug)]
 enum Expected {

@@ -43,10 +43,21 @@ impl Domains {
 
     /// The bucket a `Host` header names, if it is `bucket.DOMAIN[:port]`.
     fn bucket_of<'a>(&self, host: &'a str) -> S3Result<Option<&'a str>> {
+        let invalid = || s3_error!(InvalidRequest, "Invalid host header: {host:?}");
+        if host.starts_with('[') {
+            return Ok(None); // an IPv6 literal: path style
+        }
         let name = match host.rsplit_once(':') {
-            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
-            _ => host,
+            Some((h, port)) => {
+                if h.contains(':') || port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(invalid());
+                }
+                h
+            }
+            None => host,
         };
+        // A fully qualified name's trailing dot names the same host.
+        let name = name.strip_suffix('.').unwrap_or(name);
         for d in &self.0 {
             let Some(head) = strip_suffix_ignore_case(name, d) else {
                 continue;
@@ -114,6 +125,13 @@ mod tests {
         );
         assert_eq!(d.bucket_of("node7.lan").unwrap(), None);
         assert_eq!(d.bucket_of("xs3.localhost").unwrap(), None);
+        assert_eq!(
+            d.bucket_of("photos.s3.localhost.:9000").unwrap(),
+            Some("photos")
+        );
+        assert_eq!(d.bucket_of("[::1]:9000").unwrap(), None);
+        assert!(d.bucket_of("photos.s3.localhost:abc").is_err());
+        assert!(d.bucket_of("photos.s3.localhost:9000:9000").is_err());
         assert!(d.bucket_of("bad_name.s3.localhost").is_err());
         assert!(Domains::new(["not a domain".to_string()]).is_err());
         assert!(Domains::new(["".to_string()]).is_err());

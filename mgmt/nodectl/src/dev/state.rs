@@ -97,7 +97,11 @@ pub fn read(data: &Path) -> Result<DevState, NodectlError> {
 impl DevState {
     pub fn node(&self, node: u16) -> Result<&DevNode, NodectlError> {
         self.nodes.iter().find(|n| n.node == node).ok_or_else(|| {
-            NodectlError::Usage(format!("no node {node} (1..={})", self.nodes.len()))
+            NodectlError::Usage(if self.nodes.len() == 1 {
+                format!("this is a single node: there is no node {node}")
+            } else {
+                format!("no node {node} (1..={})", self.nodes.len())
+            })
         })
     }
 }

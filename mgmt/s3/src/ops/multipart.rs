@@ -158,17 +158,13 @@ pub(super) async fn complete_multipart_upload(
         }
         Err(e) => return Err(e),
     };
-    let stored: std::collections::BTreeMap<u32, cairn_meta::PartRecord> =
-        match upload.checksum_algorithm {
-            Some(_) => s3
-                .store
-                .meta()
-                .parts(&input.upload_id)
-                .map_err(|e| to_s3(e.into()))?
-                .into_iter()
-                .collect(),
-            None => Default::default(),
-        };
+    let stored: std::collections::BTreeMap<u32, cairn_meta::PartRecord> = s3
+        .store
+        .meta()
+        .parts(&input.upload_id)
+        .map_err(|e| to_s3(e.into()))?
+        .into_iter()
+        .collect();
     let mut chosen = Vec::with_capacity(parts.len());
     for p in parts {
         let n = p
@@ -186,8 +182,10 @@ pub(super) async fn complete_multipart_upload(
         ];
         for (a, v) in listed {
             let Some(v) = v else { continue };
+            // Compared with what the part was stored with: a part stored without
+            // one, or with another algorithm, matches none.
             let kept = stored.get(&n).and_then(|r| r.checksum.as_ref());
-            if upload.checksum_algorithm != Some(a) || kept.is_some_and(|k| &k.value != v) {
+            if !kept.is_some_and(|k| k.algorithm == a && &k.value == v) {
                 return Err(s3_error!(
                     InvalidPart,
                     "part {n}: the {} listed is not the part's",
@@ -211,6 +209,38 @@ pub(super) async fn complete_multipart_upload(
         }
         None => None,
     };
+    // A whole-object checksum the client sends with the completion is checked
+    // against the one made here; a full-object (not composite) one cannot be yet.
+    let full_object = req
+        .headers
+        .get("x-amz-checksum-type")
+        .is_some_and(|t| t.as_bytes().eq_ignore_ascii_case(b"FULL_OBJECT"));
+    if full_object {
+        return Err(s3_error!(
+            NotImplemented,
+            "Full-object checksums of multipart uploads are not implemented"
+        ));
+    }
+    if let Some((a, v)) = integrity::claimed(&req.headers)? {
+        match &checksum {
+            Some(c) if c.algorithm == a => {
+                if v != integrity::shown(c) && v != c.value {
+                    return Err(s3_error!(
+                        BadDigest,
+                        "The {} you specified did not match the calculated checksum.",
+                        integrity::name(a)
+                    ));
+                }
+            }
+            _ => {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "The upload was not created with the {} checksum algorithm",
+                    integrity::name(a)
+                ))
+            }
+        }
+    }
     let done = s3
         .store
         .complete_upload(
@@ -318,12 +348,16 @@ pub(super) async fn list_parts(
     };
     let parts = page
         .into_iter()
-        .map(|(n, p)| Part {
-            part_number: Some(n as i32),
-            e_tag: Some(ETag::Strong(p.etag)),
-            size: Some(p.extent.size as i64),
-            last_modified: Some(timestamp(p.modified_ms)),
-            ..Default::default()
+        .map(|(n, p)| {
+            let mut part = Part {
+                part_number: Some(n as i32),
+                e_tag: Some(ETag::Strong(p.etag)),
+                size: Some(p.extent.size as i64),
+                last_modified: Some(timestamp(p.modified_ms)),
+                ..Default::default()
+            };
+            set_checksum!(part, p.checksum.as_ref());
+            part
         })
         .collect();
     Ok(S3Response::new(ListPartsOutput {

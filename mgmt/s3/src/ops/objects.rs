@@ -130,6 +130,19 @@ pub(super) async fn get_object(
     }
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
+    // A GET may override what is served (`response-cache-control=...` and the
+    // like, signed into presigned download links).
+    let overrides = [
+        ("cache-control", &input.response_cache_control),
+        ("content-disposition", &input.response_content_disposition),
+        ("content-encoding", &input.response_content_encoding),
+        ("content-language", &input.response_content_language),
+    ];
+    for (name, v) in overrides {
+        if let Some(v) = v.as_ref().and_then(|v| http::HeaderValue::from_str(v).ok()) {
+            resp.headers.insert(name, v);
+        }
+    }
     Ok(resp)
 }
 
