@@ -113,8 +113,9 @@ impl Cluster {
                 }
                 let alone = configs.iter().all(|c| c.len() == 1);
                 // The only voter needs nobody's leave, and waiting would only delay
-                // a single node's start.
-                if !alone && (me.since_leader() < timeout || Instant::now() < next_try) {
+                // a single node's start; but one try at a time (an election in
+                // progress is not started over on the next tick).
+                if Instant::now() < next_try || (!alone && me.since_leader() < timeout) {
                     continue;
                 }
                 // A leader may have won while the pre-vote waited for slow or

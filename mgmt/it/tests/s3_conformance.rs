@@ -299,3 +299,63 @@ async fn part_copies_repeated_completions_and_part_reads() {
         .unwrap();
     assert_eq!(whole.content_length(), Some(src.len() as i64));
 }
+
+#[tokio::test]
+async fn bucket_listings_page_and_errors_name_their_request() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    for b in ["page-a1", "page-a2", "page-a3", "page-b1", "other"] {
+        c.create_bucket().bucket(b).send().await.unwrap();
+    }
+    // max-buckets and the continuation token walk the list in order.
+    let mut seen = Vec::new();
+    let mut token = None;
+    loop {
+        let out = c
+            .list_buckets()
+            .prefix("page-")
+            .max_buckets(2)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .unwrap();
+        let names: Vec<String> = out
+            .buckets()
+            .iter()
+            .filter_map(|b| b.name().map(str::to_string))
+            .collect();
+        assert!(names.len() <= 2, "{names:?}");
+        seen.extend(names);
+        token = out.continuation_token().map(str::to_string);
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(seen, ["page-a1", "page-a2", "page-a3", "page-b1"]);
+    let r = c.list_buckets().max_buckets(0).send().await;
+    assert_eq!(code(r), "InvalidArgument");
+
+    // An error's XML carries the request id its headers carry.
+    let req = cairn_it::raw::signed_request(
+        &node,
+        "GET",
+        "/other/missing",
+        &[],
+        b"",
+        cairn_it::raw::Payload::Hash(b""),
+    );
+    let r = cairn_it::raw::send_raw(&node, &req).await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let header = r
+        .text
+        .lines()
+        .find_map(|l| l.strip_prefix("x-amz-request-id: "))
+        .unwrap_or_else(|| panic!("no request id header: {}", r.text))
+        .trim()
+        .to_string();
+    assert!(
+        r.text.contains(&format!("<RequestId>{header}</RequestId>")),
+        "{}",
+        r.text
+    );
+}

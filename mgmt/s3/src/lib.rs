@@ -122,20 +122,36 @@ async fn guarded(
     }
     let req = req.map(|b| s3s::Body::http_body(guard::GuardedBody::new(b)));
     let mut resp = svc.call(req).await?;
-    request_ids(resp.headers_mut());
+    let (id, id2) = request_ids(resp.headers_mut());
+    // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
+    if resp.status().as_u16() >= 400 {
+        if let Some(xml) = resp.body().bytes() {
+            if let Some(at) = xml.windows(8).rposition(|w| w == b"</Error>") {
+                let mut with = Vec::with_capacity(xml.len() + 128);
+                with.extend_from_slice(&xml[..at]);
+                with.extend_from_slice(
+                    format!("<RequestId>{id}</RequestId><HostId>{id2}</HostId>").as_bytes(),
+                );
+                with.extend_from_slice(&xml[at..]);
+                resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+                *resp.body_mut() = s3s::Body::from(bytes::Bytes::from(with));
+            }
+        }
+    }
     Ok(resp)
 }
 
 /// `x-amz-request-id` and `x-amz-id-2` on every answer, as S3 sends them: SDKs
 /// log and surface them (`request_id()`), and support asks for them. Random per
 /// request; Cairn keeps no log keyed by them yet.
-fn request_ids(headers: &mut http::HeaderMap) {
-    let id: [u8; 8] = rand::random();
-    let id2: [u8; 24] = rand::random();
-    if let Ok(v) = http::HeaderValue::from_str(&hex::encode_upper(id)) {
-        headers.entry("x-amz-request-id").or_insert(v);
+/// Returns the two ids sent.
+fn request_ids(headers: &mut http::HeaderMap) -> (String, String) {
+    let id = hex::encode_upper(rand::random::<[u8; 8]>());
+    let id2 = hex::encode(rand::random::<[u8; 24]>());
+    for (name, v) in [("x-amz-request-id", &id), ("x-amz-id-2", &id2)] {
+        if let Ok(v) = http::HeaderValue::from_str(v) {
+            headers.insert(name, v);
+        }
     }
-    if let Ok(v) = http::HeaderValue::from_str(&hex::encode(id2)) {
-        headers.entry("x-amz-id-2").or_insert(v);
-    }
+    (id, id2)
 }

@@ -65,11 +65,35 @@ pub(super) async fn list_buckets(
     req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let tenant = s3.tenant(&req)?;
-    let buckets = s3
+    let input = req.input;
+    // S3's paging: `prefix`, `max-buckets` (1..=10000) and an opaque continuation
+    // token, here the last name of the page before (names are listed in order).
+    let max = match input.max_buckets {
+        None => usize::MAX,
+        Some(m) if (1..=10_000).contains(&m) => m as usize,
+        Some(_) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "max-buckets must be between 1 and 10000"
+            ))
+        }
+    };
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let after = input.continuation_token.clone().filter(|t| !t.is_empty());
+    let mut all: Vec<_> = s3
         .store
         .list_buckets(tenant)
         .await
         .map_err(to_s3)?
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(&prefix))
+        .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    let more = all.len() > max;
+    all.truncate(max);
+    let next = more.then(|| all.last().map(|(n, _)| n.clone())).flatten();
+    let buckets = all
         .into_iter()
         .map(|(name, b)| Bucket {
             name: Some(name),
@@ -79,6 +103,8 @@ pub(super) async fn list_buckets(
         .collect();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
-        ..Default::default()
+        continuation_token: next,
+        prefix: input.prefix,
+        owner: Some(super::access::owner(tenant)),
     }))
 }
