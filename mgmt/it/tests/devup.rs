@@ -27,6 +27,13 @@ fn processes_naming(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
+fn free_port() -> String {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .to_string()
+}
+
 #[test]
 fn ctrl_c_during_start_up_leaves_no_daemon_behind() {
     // From "before datapathd is up" to "mgmtd starting" to "serving".
@@ -36,12 +43,6 @@ fn ctrl_c_during_start_up_leaves_no_daemon_behind() {
             .tempdir()
             .unwrap();
         let data = dir.path().join("data");
-        let port = |_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .unwrap()
-                .to_string()
-        };
         let mut up = Command::new(bin("nodectl"))
             .args([
                 "dev",
@@ -53,7 +54,7 @@ fn ctrl_c_during_start_up_leaves_no_daemon_behind() {
                 "--data",
             ])
             .arg(&data)
-            .args(["--s3", &port(0), "--resp", &port(1)])
+            .args(["--s3", &free_port(), "--resp", &free_port()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

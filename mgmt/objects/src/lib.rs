@@ -220,6 +220,14 @@ pub struct ObjectAttrs {
     pub checksum: ChecksumSlot,
 }
 
+/// A multipart upload checked to exist for its key ([`ObjectStore::upload`]).
+#[derive(Clone, Debug)]
+pub struct Upload {
+    bucket: String,
+    id: String,
+    pub record: UploadRecord,
+}
+
 /// Where a body's verifier leaves the checksum it checked (a trailer's value is
 /// only known at the body's end, after the attributes were handed over).
 pub type ChecksumSlot = Arc<std::sync::OnceLock<Checksum>>;
@@ -776,28 +784,33 @@ impl ObjectStore {
         Ok(upload_id)
     }
 
-    /// The upload, checked to be for `key`.
+    /// The upload, checked (after a read barrier) to exist in `bucket` for `key`.
+    /// The operations on an upload take what this answers, so a request checks
+    /// its upload, and waits for the barrier, once.
     pub async fn upload(
         &self,
         tenant: u64,
         bucket: &str,
         upload_id: &str,
         key: &str,
-    ) -> Result<UploadRecord, ObjectError> {
+    ) -> Result<Upload, ObjectError> {
         self.bucket(tenant, bucket).await?;
         match self.meta.upload(bucket, upload_id)? {
-            Some(u) if u.key == key => Ok(u),
+            Some(record) if record.key == key => Ok(Upload {
+                bucket: bucket.to_string(),
+                id: upload_id.to_string(),
+                record,
+            }),
             _ => Err(MetaError::NoSuchUpload(upload_id.to_string()).into()),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Stores part `part` of `upload`. The commit checks again that the upload
+    /// still exists (an abort or completion meanwhile frees the part).
     pub async fn upload_part<S, E>(
         &self,
         tenant: u64,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
+        upload: &Upload,
         part: u32,
         body: S,
         len: Option<u64>,
@@ -810,7 +823,6 @@ impl ObjectStore {
         if part == 0 || part > MAX_PART_NUMBER {
             return Err(ObjectError::InvalidPartNumber(part));
         }
-        self.upload(tenant, bucket, upload_id, key).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let extent = written.extent.clone();
         let record = PartRecord {
@@ -822,8 +834,8 @@ impl ObjectStore {
         self.commit(
             tenant,
             Mutation::PutPart {
-                bucket: bucket.to_string(),
-                upload_id: upload_id.to_string(),
+                bucket: upload.bucket.clone(),
+                upload_id: upload.id.clone(),
                 part,
                 record: record.clone(),
                 written_in: Some(written.written_in),
@@ -834,24 +846,20 @@ impl ObjectStore {
         Ok(record)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub async fn complete_upload(
         &self,
         tenant: u64,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
+        upload: &Upload,
         parts: Vec<(u32, String)>,
         cond: Precondition,
         checksum: Option<Checksum>,
     ) -> Result<ObjectRecord, ObjectError> {
-        self.upload(tenant, bucket, upload_id, key).await?;
         let applied = self
             .commit(
                 tenant,
                 Mutation::CompleteUpload {
-                    bucket: bucket.to_string(),
-                    upload_id: upload_id.to_string(),
+                    bucket: upload.bucket.clone(),
+                    upload_id: upload.id.clone(),
                     parts,
                     min_part_size: MIN_PART_SIZE,
                     modified_ms: cairn_meta::now_ms(),

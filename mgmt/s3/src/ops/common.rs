@@ -165,8 +165,13 @@ pub(super) fn serve_headers<T>(rec: &ObjectRecord, resp: &mut s3s::S3Response<T>
     }
 }
 
-/// Sets an output's `checksum_<algorithm>` field from a stored checksum.
+/// Sets an output's `checksum_<algorithm>` field from a stored checksum (and,
+/// with `typed`, its `checksum_type`, on the outputs that have one).
 macro_rules! set_checksum {
+    ($out:expr, $c:expr, typed) => {
+        set_checksum!($out, $c);
+        $out.checksum_type = $c.map($crate::integrity::kind);
+    };
     ($out:expr, $c:expr) => {
         if let Some(c) = $c {
             let v = Some($crate::integrity::shown(c));

@@ -88,7 +88,7 @@ pub(super) async fn upload_part(
         .upload(tenant, &input.bucket, &input.upload_id, &input.key)
         .await
         .map_err(to_s3)?;
-    if let Some(want) = upload.checksum_algorithm {
+    if let Some(want) = upload.record.checksum_algorithm {
         if expect.algorithm() != Some(want) {
             return Err(s3_error!(
                 InvalidRequest,
@@ -104,16 +104,7 @@ pub(super) async fn upload_part(
     let (body, verdict) = Verified::new(body, expect);
     let rec = s3
         .store
-        .upload_part(
-            tenant,
-            &input.bucket,
-            &input.key,
-            &input.upload_id,
-            part,
-            body,
-            len,
-            verdict.slot.clone(),
-        )
+        .upload_part(tenant, &upload, part, body, len, verdict.slot.clone())
         .await
         .map_err(|e| verdict.failure().unwrap_or_else(|| to_s3(e)))?;
     let mut out = UploadPartOutput {
@@ -199,7 +190,7 @@ pub(super) async fn complete_multipart_upload(
             .ok_or_else(|| s3_error!(InvalidPart, "part {n} has no ETag"))?;
         chosen.push((n, e));
     }
-    let checksum = match upload.checksum_algorithm {
+    let checksum = match upload.record.checksum_algorithm {
         Some(a) => {
             let of: Vec<_> = chosen
                 .iter()
@@ -245,9 +236,7 @@ pub(super) async fn complete_multipart_upload(
         .store
         .complete_upload(
             tenant,
-            &input.bucket,
-            &input.key,
-            &input.upload_id,
+            &upload,
             chosen,
             precondition(input.if_match, input.if_none_match)?,
             checksum,
@@ -276,8 +265,7 @@ fn completed(
         e_tag: Some(etag(rec)),
         ..Default::default()
     };
-    set_checksum!(out, rec.checksum.as_ref());
-    out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    set_checksum!(out, rec.checksum.as_ref(), typed);
     out
 }
 
@@ -468,7 +456,7 @@ pub(super) async fn upload_part_copy(
         .map_err(to_s3)?;
     // An upload with a checksum algorithm gets the copied part's checksum made
     // as the bytes go by.
-    let expect = match upload.checksum_algorithm {
+    let expect = match upload.record.checksum_algorithm {
         Some(a) => Expectations::computed(a),
         None => Expectations::default(),
     };
@@ -477,9 +465,7 @@ pub(super) async fn upload_part_copy(
         .store
         .upload_part(
             tenant,
-            &input.bucket,
-            &input.key,
-            &input.upload_id,
+            &upload,
             part,
             body,
             Some(end - start),

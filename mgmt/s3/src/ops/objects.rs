@@ -3,7 +3,7 @@
 use super::common::*;
 use super::{access, CairnS3};
 use crate::error::to_s3;
-use crate::integrity::{self, Expectations, Verified};
+use crate::integrity::{Expectations, Verified};
 use cairn_meta::Precondition;
 use futures::StreamExt;
 use s3s::dto::*;
@@ -50,8 +50,7 @@ pub(super) async fn put_object(
         e_tag: Some(etag(&rec)),
         ..Default::default()
     };
-    set_checksum!(out, rec.checksum.as_ref());
-    out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    set_checksum!(out, rec.checksum.as_ref(), typed);
     Ok(S3Response::new(out))
 }
 
@@ -62,18 +61,14 @@ pub(super) async fn get_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    let rec = s3
-        .store
-        .head_object(tenant, &input.bucket, &input.key)
-        .await
-        .map_err(to_s3)?;
-    check_read_conditions(
-        &rec,
-        &input.if_match,
-        &input.if_none_match,
-        &input.if_modified_since,
-        &input.if_unmodified_since,
-    )?;
+    let rec = head_if(
+        s3,
+        tenant,
+        (&input.bucket, &input.key),
+        [&input.if_match, &input.if_none_match],
+        [&input.if_modified_since, &input.if_unmodified_since],
+    )
+    .await?;
     let parts = parts_of(&rec);
     let (start, end, content_range) = match (&input.range, input.part_number) {
         (Some(_), Some(_)) => {
@@ -125,8 +120,7 @@ pub(super) async fn get_object(
     };
     // A checksum covers the whole object: S3 sends none with a range.
     if whole && wants_checksum(&input.checksum_mode) {
-        set_checksum!(out, rec.checksum.as_ref());
-        out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+        set_checksum!(out, rec.checksum.as_ref(), typed);
     }
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
@@ -153,18 +147,14 @@ pub(super) async fn head_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    let rec = s3
-        .store
-        .head_object(tenant, &input.bucket, &input.key)
-        .await
-        .map_err(to_s3)?;
-    check_read_conditions(
-        &rec,
-        &input.if_match,
-        &input.if_none_match,
-        &input.if_modified_since,
-        &input.if_unmodified_since,
-    )?;
+    let rec = head_if(
+        s3,
+        tenant,
+        (&input.bucket, &input.key),
+        [&input.if_match, &input.if_none_match],
+        [&input.if_modified_since, &input.if_unmodified_since],
+    )
+    .await?;
     let parts = parts_of(&rec);
     let length = match input.part_number {
         Some(n) => {
@@ -183,9 +173,9 @@ pub(super) async fn head_object(
         metadata: user_meta(&rec),
         ..Default::default()
     };
-    if wants_checksum(&input.checksum_mode) {
-        set_checksum!(out, rec.checksum.as_ref());
-        out.checksum_type = rec.checksum.as_ref().map(integrity::kind);
+    // As on GET: a checksum covers the whole object, not a part.
+    if input.part_number.is_none() && wants_checksum(&input.checksum_mode) {
+        set_checksum!(out, rec.checksum.as_ref(), typed);
     }
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
@@ -296,18 +286,14 @@ pub(super) async fn copy_source(
         CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
         _ => return Err(s3_error!(NotImplemented, "access-point copy sources")),
     };
-    let src = s3
-        .store
-        .head_object(tenant, &bucket, &key)
-        .await
-        .map_err(to_s3)?;
-    check_read_conditions(
-        &src,
-        if_match,
-        if_none_match,
-        if_modified_since,
-        if_unmodified_since,
+    let src = head_if(
+        s3,
+        tenant,
+        (&bucket, &key),
+        [if_match, if_none_match],
+        [if_modified_since, if_unmodified_since],
     )
+    .await
     .map_err(|e| {
         if *e.code() == s3s::S3ErrorCode::NotModified {
             s3_error!(PreconditionFailed)
@@ -316,6 +302,31 @@ pub(super) async fn copy_source(
         }
     })?;
     Ok((bucket, key, src))
+}
+
+/// The object's manifest, if a read's conditions hold (S3's rules: a failed
+/// If-Match or If-Unmodified-Since is 412, a matched If-None-Match or an
+/// unmodified If-Modified-Since is 304).
+async fn head_if(
+    s3: &CairnS3,
+    tenant: u64,
+    (bucket, key): (&str, &str),
+    [if_match, if_none_match]: [&Option<ETagCondition>; 2],
+    [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
+) -> S3Result<cairn_meta::ObjectRecord> {
+    let rec = s3
+        .store
+        .head_object(tenant, bucket, key)
+        .await
+        .map_err(to_s3)?;
+    check_read_conditions(
+        &rec,
+        if_match,
+        if_none_match,
+        if_modified_since,
+        if_unmodified_since,
+    )?;
+    Ok(rec)
 }
 
 pub(super) async fn copy_object(
