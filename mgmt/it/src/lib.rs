@@ -75,7 +75,8 @@ pub struct Node {
     pub datapath_addr: String,
     pub s3_addr: String,
     pub admin_addr: String,
-    /// Used when `opts.reachable`.
+    /// Picked when the node is first started with `opts.reachable` (empty until
+    /// then: every port picked is one more that another test may race for).
     pub internal_addr: String,
     pub peer_addr: String,
     datapathd: Option<Child>,
@@ -118,8 +119,8 @@ impl Node {
             datapath_addr: free_port(),
             s3_addr: free_port(),
             admin_addr: free_port(),
-            internal_addr: free_port(),
-            peer_addr: free_port(),
+            internal_addr: String::new(),
+            peer_addr: String::new(),
             datapathd: None,
             mgmtd: None,
         };
@@ -185,6 +186,9 @@ impl Node {
             ));
         }
         if self.opts.reachable {
+            if self.peer_addr.is_empty() {
+                self.peer_addr = free_port();
+            }
             args.extend([
                 "--peer-listen".to_string(),
                 self.peer_addr.clone(),
@@ -222,6 +226,9 @@ impl Node {
             args.push(ec.into());
         }
         if self.opts.reachable {
+            if self.internal_addr.is_empty() {
+                self.internal_addr = free_port();
+            }
             args.extend([
                 "--internal".to_string(),
                 self.internal_addr.clone(),
