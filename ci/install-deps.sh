@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Cairn needs on a fresh Debian 12 machine:
 # ISA-L (erasure coding), a C toolchain, curl, the S3 clients the shell-level
-# checks use (aws CLI, boto3), redis-cli (redis-tools) for the RESP check, iproute2 (clusters in network namespaces), the image
+# checks use (aws CLI, boto3, minio-py, s3cmd), redis-cli (redis-tools) for the RESP check, iproute2 (clusters in network namespaces), the image
 # build's tools (mmdebstrap, erofs, GPT and FAT without loop mounts) and QEMU with
 # OVMF, busybox and kmod (the VM tests in hwtests/). Idempotent; run as root.
 set -euo pipefail
@@ -17,12 +17,14 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 py=python3
-if ! $py -c 'import boto3' 2>/dev/null || ! command -v aws >/dev/null 2>&1; then
-  echo "ci/install-deps: pip install awscli boto3"
-  $py -m pip install -q awscli boto3 2>/dev/null ||
-    $py -m pip install -q --break-system-packages awscli boto3
+if ! $py -c 'import boto3, minio' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
+  ! command -v s3cmd >/dev/null 2>&1; then
+  echo "ci/install-deps: pip install awscli boto3 minio s3cmd"
+  $py -m pip install -q awscli boto3 minio s3cmd 2>/dev/null ||
+    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd
 fi
 # pyenv keeps console scripts behind shims that need a rehash.
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 command -v aws >/dev/null || { echo "ci/install-deps: aws CLI missing after install" >&2; exit 1; }
+command -v s3cmd >/dev/null || { echo "ci/install-deps: s3cmd missing after install" >&2; exit 1; }
 echo "ci/install-deps: ok"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shell-level check of a real node: `nodectl dev up` on file-backed drives, the aws
-# CLI and boto3 against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
+# CLI, s3cmd, boto3 and minio-py against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
 # same data directory, and every object read back by hash.
 #
 #   ci/s3-check.sh [BIN_DIR]     (default target/release)
@@ -74,8 +74,39 @@ echo "  ok  presigned URL from the CLI's defaults: a week served, ten years refu
 for f in 8m dir/40m; do
   printf '{"bucket": "cli-check", "key": "%s", "sha256": "%s"}\n' "$f" "$(sha256sum "$work/${f#dir/}" | cut -d' ' -f1)" >>"$work/manifest"
 done
+# Between buckets, above the CLI's multipart threshold: UploadPartCopy, the bytes
+# never through the client.
+head -c $((200 << 20)) /dev/urandom >"$work/200m"
+aws_ s3 cp --only-show-errors "$work/200m" s3://cli-check/200m
+aws_ s3 mb s3://cli-other
+aws_ s3 cp --only-show-errors s3://cli-check/200m s3://cli-other/200m-copy
+aws_ s3 cp --only-show-errors s3://cli-other/200m-copy "$work/200m.back"
+cmp "$work/200m" "$work/200m.back" || fail "200 MiB copy between buckets differs"
+printf '{"bucket": "cli-other", "key": "200m-copy", "sha256": "%s"}\n' "$(sha256sum "$work/200m" | cut -d' ' -f1)" >>"$work/manifest"
+rm -f "$work/200m" "$work/200m.back"
+aws_ s3 rm --only-show-errors s3://cli-check/200m
+echo "  ok  200 MiB object copied between buckets (multipart copy)"
+echo "-- s3cmd"
+s3c() {
+  s3cmd --no-ssl --host="127.0.0.1:$port" --host-bucket="127.0.0.1:$port" \
+    --access_key="$CAIRN_ROOT_ACCESS_KEY" --secret_key="$CAIRN_ROOT_SECRET_KEY" \
+    --region=us-east-1 --config=/dev/null "$@"
+}
+head -c 300000 /dev/urandom >"$work/s3cmd.in"
+s3c mb s3://s3cmd-check >/dev/null
+s3c put --quiet "$work/s3cmd.in" s3://s3cmd-check/one
+s3c setacl --acl-private s3://s3cmd-check/one >/dev/null || fail "s3cmd setacl --acl-private"
+if s3c setacl --acl-public s3://s3cmd-check/one >"$work/err" 2>&1; then fail "s3cmd setacl --acl-public accepted"; fi
+s3c info s3://s3cmd-check/one | grep -q "FULL_CONTROL" || fail "s3cmd info shows no owner ACL"
+s3c get --quiet --force s3://s3cmd-check/one "$work/s3cmd.out"
+cmp "$work/s3cmd.in" "$work/s3cmd.out" || fail "s3cmd get differs"
+[[ $(s3c ls s3://s3cmd-check | wc -l) == 1 ]] || fail "s3cmd ls"
+printf '{"bucket": "s3cmd-check", "key": "one", "sha256": "%s"}\n' "$(sha256sum "$work/s3cmd.in" | cut -d' ' -f1)" >>"$work/manifest"
+echo "  ok  s3cmd put, setacl --acl-private (public refused), info, get, ls"
 echo "-- boto3"
 python3 ci/s3_check.py write "$endpoint" "$work/manifest"
+echo "-- minio-py"
+python3 ci/s3_check.py minio "$endpoint" "$work/manifest"
 echo "-- redis-cli (RESP)"
 ci/resp-check.sh "127.0.0.1" "$rport" "$work"
 echo "-- nodectl status"

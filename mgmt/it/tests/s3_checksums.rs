@@ -1,12 +1,15 @@
 //! Flexible checksums and kept headers through `aws-sdk-s3`: a checksum sent as a
 //! header or computed by the SDK into an aws-chunked trailer is verified (a wrong
 //! one stores nothing), kept, and returned when asked for; multipart uploads get
-//! part checksums and S3's composite checksum; the standard headers a PUT sets
-//! come back on GET and HEAD.
+//! part checksums and S3's composite checksum, or a full-object CRC combined from
+//! the parts'; a copy gets its checksum made anew; the standard headers a PUT
+//! sets come back on GET and HEAD.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
-use aws_sdk_s3::types::{ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload, CompletedPart,
+};
 use aws_sdk_s3::Client;
 use base64::Engine;
 use cairn_it::{random_bytes, Node, NodeOptions};
@@ -297,7 +300,8 @@ async fn multipart_uploads_get_part_and_composite_checksums() {
         )
         .send()
         .await;
-    assert_eq!(code(r), "NotImplemented");
+    // The upload is composite: a full-object completion is the wrong mode.
+    assert_eq!(code(r), "InvalidRequest");
     assert!(
         c.head_object()
             .bucket("mpu")
@@ -442,4 +446,226 @@ async fn standard_headers_are_kept_and_served() {
         .await
         .unwrap();
     assert_eq!(h.content_language(), Some("de"));
+}
+
+/// The CRC `a` of `data`, base64 big-endian as S3 writes it.
+fn crc_of(a: &ChecksumAlgorithm, data: &[u8]) -> String {
+    use crc_fast::CrcAlgorithm as C;
+    let (alg, width) = match a {
+        ChecksumAlgorithm::Crc32 => (C::Crc32IsoHdlc, 4),
+        ChecksumAlgorithm::Crc32C => (C::Crc32Iscsi, 4),
+        ChecksumAlgorithm::Crc64Nvme => (C::Crc64Nvme, 8),
+        other => panic!("not a CRC: {other:?}"),
+    };
+    let v = crc_fast::checksum(alg, data).to_be_bytes();
+    B64.encode(&v[8 - width..])
+}
+
+fn crc_field(
+    a: &ChecksumAlgorithm,
+    out: &aws_sdk_s3::operation::head_object::HeadObjectOutput,
+) -> Option<String> {
+    match a {
+        ChecksumAlgorithm::Crc32 => out.checksum_crc32(),
+        ChecksumAlgorithm::Crc32C => out.checksum_crc32_c(),
+        ChecksumAlgorithm::Crc64Nvme => out.checksum_crc64_nvme(),
+        _ => None,
+    }
+    .map(str::to_string)
+}
+
+#[tokio::test]
+async fn full_object_crcs_of_multipart_uploads_and_copies() {
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    bucket(&c, "whole").await;
+    let parts = [random_bytes(5 * MIB, 31), random_bytes(3 * MIB + 17, 32)];
+    let all = parts.concat();
+    for a in [
+        ChecksumAlgorithm::Crc32,
+        ChecksumAlgorithm::Crc32C,
+        ChecksumAlgorithm::Crc64Nvme,
+    ] {
+        let key = format!("k-{}", a.as_str());
+        // CRC64NVME is full-object without being asked (S3 has no composite kind).
+        let mut create = c
+            .create_multipart_upload()
+            .bucket("whole")
+            .key(&key)
+            .checksum_algorithm(a.clone());
+        if a != ChecksumAlgorithm::Crc64Nvme {
+            create = create.checksum_type(ChecksumType::FullObject);
+        }
+        let up = create.send().await.unwrap();
+        assert_eq!(up.checksum_type(), Some(&ChecksumType::FullObject));
+        let id = up.upload_id().unwrap();
+        let mut done = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let n = i as i32 + 1;
+            let r = c
+                .upload_part()
+                .bucket("whole")
+                .key(&key)
+                .upload_id(id)
+                .part_number(n)
+                .checksum_algorithm(a.clone())
+                .body(ByteStream::from(p.clone()))
+                .send()
+                .await
+                .unwrap();
+            let mut part = CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap());
+            part = match a {
+                ChecksumAlgorithm::Crc32 => part.checksum_crc32(r.checksum_crc32().unwrap()),
+                ChecksumAlgorithm::Crc32C => part.checksum_crc32_c(r.checksum_crc32_c().unwrap()),
+                _ => part.checksum_crc64_nvme(r.checksum_crc64_nvme().unwrap()),
+            };
+            done.push(part.build());
+        }
+        let want = crc_of(&a, &all);
+        // A whole-object CRC sent with the completion is checked: a wrong one
+        // completes nothing.
+        let wrong = c
+            .complete_multipart_upload()
+            .bucket("whole")
+            .key(&key)
+            .upload_id(id)
+            .checksum_type(ChecksumType::FullObject)
+            .checksum_crc32(crc_of(&ChecksumAlgorithm::Crc32, b"not it"))
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(done.clone()))
+                    .build(),
+            )
+            .send()
+            .await;
+        let e = code(wrong);
+        assert!(e == "BadDigest" || e == "InvalidRequest", "{e}");
+        let fin = c
+            .complete_multipart_upload()
+            .bucket("whole")
+            .key(&key)
+            .upload_id(id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(done))
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(fin.checksum_type(), Some(&ChecksumType::FullObject));
+        let h = c
+            .head_object()
+            .bucket("whole")
+            .key(&key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        // The CRC of the whole object's bytes, no `-N` suffix.
+        assert_eq!(crc_field(&a, &h).as_deref(), Some(want.as_str()), "{a:?}");
+        assert_eq!(h.checksum_type(), Some(&ChecksumType::FullObject));
+    }
+    // SHA-256 cannot be full-object; CRC64NVME cannot be composite.
+    let r = c
+        .create_multipart_upload()
+        .bucket("whole")
+        .key("x")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidRequest");
+    let r = c
+        .create_multipart_upload()
+        .bucket("whole")
+        .key("x")
+        .checksum_algorithm(ChecksumAlgorithm::Crc64Nvme)
+        .checksum_type(ChecksumType::Composite)
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidRequest");
+
+    // A composite SHA-256 multipart object copied: the copy is one piece, with the
+    // full SHA-256 of its bytes (S3 makes the copy's checksum anew).
+    let up = c
+        .create_multipart_upload()
+        .bucket("whole")
+        .key("comp")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket("whole")
+            .key("comp")
+            .upload_id(id)
+            .part_number(n)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .checksum_sha256(r.checksum_sha256().unwrap())
+                .build(),
+        );
+    }
+    c.complete_multipart_upload()
+        .bucket("whole")
+        .key("comp")
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let copied = c
+        .copy_object()
+        .bucket("whole")
+        .key("comp-copy")
+        .copy_source("whole/comp")
+        .send()
+        .await
+        .unwrap();
+    let want = B64.encode(sha2::Sha256::digest(&all));
+    let result = copied.copy_object_result().unwrap();
+    assert_eq!(result.checksum_sha256(), Some(want.as_str()));
+    let h = c
+        .head_object()
+        .bucket("whole")
+        .key("comp-copy")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h.checksum_sha256(), Some(want.as_str()));
+    assert_eq!(h.checksum_type(), Some(&ChecksumType::FullObject));
+    // A copy may ask for another algorithm.
+    let copied = c
+        .copy_object()
+        .bucket("whole")
+        .key("comp-crc")
+        .copy_source("whole/comp")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        copied.copy_object_result().unwrap().checksum_crc32(),
+        Some(crc32(&all).as_str())
+    );
 }

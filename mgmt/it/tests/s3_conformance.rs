@@ -2,7 +2,8 @@
 //! (never accepted and ignored), ACLs answered with the owner's full control and
 //! grants beyond it refused, public access block / ownership / bucket encryption
 //! answered, a repeated CompleteMultipartUpload answered like the first,
-//! UploadPartCopy with ranges and conditions, and `?partNumber=N` reads.
+//! UploadPartCopy with ranges and conditions, `?partNumber=N` reads, bucket
+//! regions, listing owners, and PUT bodies sent without a length.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
@@ -358,4 +359,149 @@ async fn bucket_listings_page_and_errors_name_their_request() {
         "{}",
         r.text
     );
+}
+
+/// A PUT whose body is sent with HTTP chunked encoding and no Content-Length
+/// (curl `-T -`, s3-tests' chunked PUT): signed as `payload`.
+async fn chunked_put(
+    node: &Node,
+    path: &str,
+    body: &[u8],
+    payload: cairn_it::raw::Payload<'_>,
+) -> cairn_it::raw::Raw {
+    let headers = vec![
+        ("host".to_string(), node.s3_addr.clone()),
+        ("transfer-encoding".to_string(), "chunked".to_string()),
+    ];
+    let auth = cairn_it::raw::sign_headers(node, "PUT", path, &headers, payload);
+    let mut req = format!("PUT {path} HTTP/1.1\r\n");
+    for (k, v) in headers.iter().chain(auth.iter()) {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("connection: close\r\n\r\n");
+    let mut req = req.into_bytes();
+    for piece in body.chunks(1 << 20) {
+        req.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        req.extend_from_slice(piece);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    cairn_it::raw::send_raw(node, &req).await
+}
+
+#[tokio::test]
+async fn regions_owners_and_bodies_without_a_length() {
+    use aws_sdk_s3::types::{BucketLocationConstraint, CreateBucketConfiguration};
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    // The LocationConstraint given at creation is the bucket's location and
+    // region; none is us-east-1 (an empty constraint).
+    c.create_bucket()
+        .bucket("in-eu")
+        .create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::EuWest1)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    c.create_bucket().bucket("plain").send().await.unwrap();
+    let l = c
+        .get_bucket_location()
+        .bucket("in-eu")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        l.location_constraint(),
+        Some(&BucketLocationConstraint::EuWest1)
+    );
+    let l = c
+        .get_bucket_location()
+        .bucket("plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        l.location_constraint().map(|l| l.as_str()).unwrap_or(""),
+        ""
+    );
+    let h = c.head_bucket().bucket("in-eu").send().await.unwrap();
+    assert_eq!(h.bucket_region(), Some("eu-west-1"));
+    let r = c
+        .create_bucket()
+        .bucket("bad-region")
+        .create_bucket_configuration(
+            CreateBucketConfiguration::builder()
+                .location_constraint(BucketLocationConstraint::from("EU West <1>"))
+                .build(),
+        )
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidLocationConstraint");
+
+    // Owners: V2 names them only with fetch-owner; V1 always.
+    c.put_object()
+        .bucket("plain")
+        .key("k")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    let v2 = c.list_objects_v2().bucket("plain").send().await.unwrap();
+    assert!(v2.contents()[0].owner().is_none());
+    let v2 = c
+        .list_objects_v2()
+        .bucket("plain")
+        .fetch_owner(true)
+        .send()
+        .await
+        .unwrap();
+    let owner = v2.contents()[0]
+        .owner()
+        .expect("fetch-owner gives the owner");
+    let acl = c.get_bucket_acl().bucket("plain").send().await.unwrap();
+    assert_eq!(owner.id(), acl.owner().and_then(|o| o.id()));
+    let v1 = c.list_objects().bucket("plain").send().await.unwrap();
+    assert_eq!(v1.contents()[0].owner().and_then(|o| o.id()), owner.id());
+
+    // A body without a length, signed or unsigned, is stored whole.
+    let data = random_bytes(3 * MIB + 5, 41);
+    let r = chunked_put(
+        &node,
+        "/plain/signed",
+        &data,
+        cairn_it::raw::Payload::Hash(&data),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = chunked_put(
+        &node,
+        "/plain/unsigned",
+        &data,
+        cairn_it::raw::Payload::Unsigned,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(body(&c, "plain", "signed").await, data);
+    assert_eq!(body(&c, "plain", "unsigned").await, data);
+    // A signed one whose bytes are not the signed hash stores nothing.
+    let r = chunked_put(
+        &node,
+        "/plain/lied",
+        &data,
+        cairn_it::raw::Payload::Hash(b"other"),
+    )
+    .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    let r = c.head_object().bucket("plain").key("lied").send().await;
+    assert!(r.is_err());
+    // Over the limit it is refused with S3's 411, and nothing is stored.
+    let big = random_bytes(33 * MIB, 42);
+    let r = chunked_put(&node, "/plain/big", &big, cairn_it::raw::Payload::Unsigned).await;
+    assert_eq!(r.status, 411, "{}", r.text);
+    assert!(r.text.contains("MissingContentLength"), "{}", r.text);
+    let r = c.head_object().bucket("plain").key("big").send().await;
+    assert!(r.is_err());
 }

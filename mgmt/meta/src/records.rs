@@ -19,6 +19,10 @@ pub struct BucketRecord {
     pub tenant: u64,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_ms: i64,
+    /// The region the bucket was created in (`LocationConstraint`), when one was
+    /// given; none means S3's default, `us-east-1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
 }
 
 /// An object: its attributes and where its bytes are.
@@ -139,6 +143,10 @@ pub struct UploadRecord {
     /// created with one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum_algorithm: Option<ChecksumAlgorithm>,
+    /// The object's checksum is a full-object CRC (`FULL_OBJECT`, combined from
+    /// the parts' CRCs) rather than S3's composite digest of digests.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full_object_checksum: bool,
 }
 
 /// One uploaded part.

@@ -44,6 +44,7 @@ async fn mkbucket(s: &MetaStore, b: &str) {
         record: BucketRecord {
             tenant: 1,
             created_ms: 0,
+            location: None,
         },
     })
     .await
@@ -59,7 +60,8 @@ async fn bucket_lifecycle_and_conditions() {
             name: "b".into(),
             record: BucketRecord {
                 tenant: 1,
-                created_ms: 0
+                created_ms: 0,
+                location: None
             }
         })
         .await,
@@ -167,6 +169,7 @@ async fn multipart_complete_checks_parts() {
             user_meta: Default::default(),
             headers: Default::default(),
             checksum_algorithm: None,
+            full_object_checksum: false,
         },
     })
     .await

@@ -524,7 +524,13 @@ impl ObjectStore {
         }
     }
 
-    pub async fn create_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
+    /// Creates bucket `name` for `tenant`, in region `location` when one is named.
+    pub async fn create_bucket(
+        &self,
+        tenant: u64,
+        name: &str,
+        location: Option<String>,
+    ) -> Result<(), ObjectError> {
         self.commit(
             tenant,
             Mutation::CreateBucket {
@@ -532,6 +538,7 @@ impl ObjectStore {
                 record: BucketRecord {
                     tenant,
                     created_ms: cairn_meta::now_ms(),
+                    location,
                 },
             },
             Vec::new(),
@@ -671,56 +678,6 @@ impl ObjectStore {
         Ok(())
     }
 
-    /// Copies an object's bytes to a new key (the copy has extents of its own, so
-    /// deleting either never affects the other).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn copy_object(
-        &self,
-        tenant: u64,
-        src_bucket: &str,
-        src_key: &str,
-        dst_bucket: &str,
-        dst_key: &str,
-        attrs: Option<ObjectAttrs>,
-        cond: Precondition,
-    ) -> Result<ObjectRecord, ObjectError> {
-        let src = self.head_object(tenant, src_bucket, src_key).await?;
-        self.bucket(tenant, dst_bucket).await?;
-        let body = self.read(tenant, &src, 0, src.size);
-        let written = self
-            .write(tenant, body, Some(src.size), MAX_PART_SIZE)
-            .await?;
-        let attrs = attrs.unwrap_or(ObjectAttrs {
-            content_type: src.content_type.clone(),
-            user_meta: src.user_meta.clone(),
-            headers: src.headers.clone(),
-            ..Default::default()
-        });
-        let record = ObjectRecord {
-            size: written.extent.size,
-            // A copy of a multipart object keeps its ETag, as S3 does for a
-            // single-request copy under the part limit; here the MD5 is exact.
-            etag: written.md5,
-            modified_ms: cairn_meta::now_ms(),
-            content_type: attrs.content_type,
-            user_meta: attrs.user_meta,
-            headers: attrs.headers,
-            // The same bytes: a whole-body checksum still holds (a composite one
-            // names parts the copy no longer has).
-            checksum: src.checksum.clone().filter(|c| c.parts.is_none()),
-            extents: vec![written.extent],
-        };
-        self.commit_object(
-            tenant,
-            dst_bucket,
-            dst_key,
-            record,
-            cond,
-            written.written_in,
-        )
-        .await
-    }
-
     /// The bytes `start..end` of an object, verified, as a stream of buffers.
     pub fn read(
         &self,
@@ -761,6 +718,7 @@ impl ObjectStore {
         key: &str,
         attrs: ObjectAttrs,
         checksum_algorithm: Option<ChecksumAlgorithm>,
+        full_object_checksum: bool,
     ) -> Result<String, ObjectError> {
         self.bucket(tenant, bucket).await?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
@@ -776,6 +734,7 @@ impl ObjectStore {
                     user_meta: attrs.user_meta,
                     headers: attrs.headers,
                     checksum_algorithm,
+                    full_object_checksum,
                 },
             },
             Vec::new(),

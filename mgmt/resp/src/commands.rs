@@ -363,7 +363,7 @@ impl Session {
     ) -> Result<(), RespError> {
         let bucket = bucket_for(tenant);
         if !self.bucket_exists(tenant).await? {
-            match self.store.create_bucket(tenant, &bucket).await {
+            match self.store.create_bucket(tenant, &bucket, None).await {
                 // Another connection (or node) created it first.
                 Ok(()) | Err(ObjectError::Meta(MetaError::BucketExists(_))) => {}
                 Err(e) => return Err(e.into()),

@@ -23,6 +23,33 @@ pub const MIN_RATE: u64 = 4096;
 /// AWS's limit on `X-Amz-Expires`: one week.
 pub const MAX_PRESIGNED_EXPIRY: u64 = 7 * 24 * 3600;
 
+/// The most a body sent with no length (plain HTTP `Transfer-Encoding: chunked`,
+/// no `Content-Length`, not aws-chunked) may be. S3's payload checks need the
+/// length before the body, so such a body is read into memory first; a longer one
+/// is refused with S3's 411 `MissingContentLength` (multipart, or a length, lifts
+/// the limit).
+pub const MAX_UNSIZED_BODY: usize = 32 << 20;
+
+/// Whether a request's body has no length the S3 layer can use: a PUT sent with
+/// HTTP chunked encoding and no `Content-Length`, whose payload is not aws-chunked
+/// (aws-chunked bodies state theirs in `x-amz-decoded-content-length`).
+pub fn unsized_body(method: &http::Method, headers: &http::HeaderMap) -> bool {
+    let chunked = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.to_ascii_lowercase().contains("chunked"))
+        });
+    let aws_chunked = headers
+        .get("x-amz-content-sha256")
+        .is_some_and(|v| v.as_bytes().starts_with(b"STREAMING-"));
+    method == http::Method::PUT
+        && chunked
+        && !aws_chunked
+        && !headers.contains_key(http::header::CONTENT_LENGTH)
+}
+
 /// Why a request body was cut off.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyCut {

@@ -397,6 +397,56 @@ pub fn composite(a: ChecksumAlgorithm, parts: &[(u32, Option<&Checksum>)]) -> S3
     })
 }
 
+/// The full-object CRC of a multipart object, combined from its parts' CRCs and
+/// sizes (`FULL_OBJECT`): the CRC of the whole object's bytes, as if it had been
+/// sent in one piece, made without reading them again.
+pub fn full_object(
+    a: ChecksumAlgorithm,
+    parts: &[(u32, Option<&cairn_meta::PartRecord>)],
+) -> S3Result<Checksum> {
+    let crc = match a {
+        ChecksumAlgorithm::Crc32 => crc_fast::CrcAlgorithm::Crc32IsoHdlc,
+        ChecksumAlgorithm::Crc32c => crc_fast::CrcAlgorithm::Crc32Iscsi,
+        ChecksumAlgorithm::Crc64nvme => crc_fast::CrcAlgorithm::Crc64Nvme,
+        ChecksumAlgorithm::Sha1 | ChecksumAlgorithm::Sha256 => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The FULL_OBJECT checksum type cannot be used with the {} checksum algorithm.",
+                name(a).to_ascii_lowercase()
+            ))
+        }
+    };
+    let width = digest_len(a);
+    let mut whole: Option<u64> = None;
+    for (n, p) in parts {
+        let value = p
+            .and_then(|p| Some((p.checksum.as_ref().filter(|c| c.algorithm == a)?, p)))
+            .and_then(|(c, p)| {
+                let raw = B64.decode(&c.value).ok().filter(|r| r.len() == width)?;
+                let mut be = [0u8; 8];
+                be[8 - width..].copy_from_slice(&raw);
+                Some((u64::from_be_bytes(be), p.extent.size))
+            });
+        let (part_crc, len) = value.ok_or_else(|| {
+            s3_error!(
+                InvalidRequest,
+                "The upload was created using the {} checksum algorithm but part {n} has none",
+                name(a)
+            )
+        })?;
+        whole = Some(match whole {
+            None => part_crc,
+            Some(w) => crc_fast::checksum_combine(crc, w, part_crc, len),
+        });
+    }
+    let whole = whole.unwrap_or(0).to_be_bytes();
+    Ok(Checksum {
+        algorithm: a,
+        value: B64.encode(&whole[8 - width..]),
+        parts: None,
+    })
+}
+
 /// How S3 writes a stored checksum in a response: `value` or `value-N`.
 pub fn shown(c: &Checksum) -> String {
     match c.parts {

@@ -92,36 +92,19 @@ pub async fn serve(
     Ok(())
 }
 
-/// One request through the limits of [`guard`], then to the S3 service.
+/// One request through the limits of [`guard`], then to the S3 service; every
+/// answer gets its request ids.
 async fn guarded(
     svc: s3s::service::S3Service,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if let Some(refusal) = guard::presigned_refusal(req.uri().query(), now) {
-        // AWS's answers to SigV4, word for word; SigV2 gets the same code.
-        let message = match refusal {
-            guard::PresignRefusal::TooLong { param, secs } => format!(
-                "{param} must be less than a week (in seconds) that is 604800{}; it is {secs}",
-                if param == "Expires" { " from now" } else { "" }
-            ),
-            guard::PresignRefusal::NotANumber { param } => format!("{param} should be a number"),
-        };
-        let xml = format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>AuthorizationQueryParametersError</Code><Message>{message}</Message></Error>"
-        );
-        let mut resp = http::Response::new(s3s::Body::from(xml));
-        *resp.status_mut() = http::StatusCode::BAD_REQUEST;
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/xml"),
-        );
-        return Ok(resp);
-    }
-    let req = req.map(|b| s3s::Body::http_body(guard::GuardedBody::new(b)));
-    let mut resp = svc.call(req).await?;
+    let mut resp = match refused(&req) {
+        Some(resp) => resp,
+        None => match sized(req.map(guard::GuardedBody::new)).await {
+            Ok(req) => svc.call(req).await?,
+            Err(resp) => resp,
+        },
+    };
     let (id, id2) = request_ids(resp.headers_mut());
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
     if resp.status().as_u16() >= 400 {
@@ -139,6 +122,82 @@ async fn guarded(
         }
     }
     Ok(resp)
+}
+
+/// What is refused before S3 looks at the request: a presigned URL valid for
+/// longer than S3 allows.
+fn refused<B>(req: &http::Request<B>) -> Option<s3s::HttpResponse> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Some(refusal) = guard::presigned_refusal(req.uri().query(), now) {
+        // AWS's answers to SigV4, word for word; SigV2 gets the same code.
+        let message = match refusal {
+            guard::PresignRefusal::TooLong { param, secs } => format!(
+                "{param} must be less than a week (in seconds) that is 604800{}; it is {secs}",
+                if param == "Expires" { " from now" } else { "" }
+            ),
+            guard::PresignRefusal::NotANumber { param } => format!("{param} should be a number"),
+        };
+        return Some(error_response(
+            http::StatusCode::BAD_REQUEST,
+            "AuthorizationQueryParametersError",
+            &message,
+        ));
+    }
+    None
+}
+
+/// The request with a body S3 can take: one sent with no length (see
+/// [`guard::unsized_body`]) is read whole, up to [`guard::MAX_UNSIZED_BODY`], and
+/// given its `Content-Length`.
+async fn sized(
+    req: http::Request<guard::GuardedBody>,
+) -> Result<http::Request<s3s::Body>, s3s::HttpResponse> {
+    use http_body_util::BodyExt;
+    if !guard::unsized_body(req.method(), req.headers()) {
+        return Ok(req.map(s3s::Body::http_body));
+    }
+    let (mut parts, body) = req.into_parts();
+    match http_body_util::Limited::new(body, guard::MAX_UNSIZED_BODY)
+        .collect()
+        .await
+    {
+        Ok(all) => {
+            let all = all.to_bytes();
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, all.len().into());
+            Ok(http::Request::from_parts(parts, s3s::Body::from(all)))
+        }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(error_response(
+            http::StatusCode::LENGTH_REQUIRED,
+            "MissingContentLength",
+            &format!(
+                "You must provide the Content-Length HTTP header for a body over {} MiB (or upload it in parts)",
+                guard::MAX_UNSIZED_BODY >> 20
+            ),
+        )),
+        Err(e) => Err(error_response(
+            http::StatusCode::BAD_REQUEST,
+            "IncompleteBody",
+            &format!("The request body ended early: {e}"),
+        )),
+    }
+}
+
+/// An S3 error answer made outside the S3 service.
+fn error_response(status: http::StatusCode, code: &str, message: &str) -> s3s::HttpResponse {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>{message}</Message></Error>"
+    );
+    let mut resp = http::Response::new(s3s::Body::from(xml));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    resp
 }
 
 /// `x-amz-request-id` and `x-amz-id-2` on every answer, as S3 sends them: SDKs

@@ -72,6 +72,7 @@ pub fn bucket(name: &str) -> Command {
         record: BucketRecord {
             tenant: 1,
             created_ms: 1,
+            location: None,
         },
     })
 }

@@ -18,7 +18,30 @@ pub(super) async fn create_bucket(
         Some(b) if b.tenant != tenant => return Err(s3_error!(BucketAlreadyExists)),
         _ => {}
     }
-    s3.store.create_bucket(tenant, name).await.map_err(to_s3)?;
+    let location = req
+        .input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .map(|l| l.as_str().to_string())
+        .filter(|l| !l.is_empty());
+    if let Some(l) = &location {
+        // Any region name is taken (Cairn is one region, named as the client
+        // likes), but it must look like one: it is echoed in headers.
+        let ok = l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !ok {
+            return Err(s3_error!(
+                InvalidLocationConstraint,
+                "The specified location-constraint is not valid"
+            ));
+        }
+    }
+    s3.store
+        .create_bucket(tenant, name, location)
+        .await
+        .map_err(to_s3)?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))
@@ -41,11 +64,15 @@ pub(super) async fn head_bucket(
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
+    let b = s3
+        .store
         .bucket(tenant, &req.input.bucket)
         .await
         .map_err(to_s3)?;
-    Ok(S3Response::new(HeadBucketOutput::default()))
+    Ok(S3Response::new(HeadBucketOutput {
+        bucket_region: Some(region(&b)),
+        ..Default::default()
+    }))
 }
 
 pub(super) async fn get_bucket_location(
@@ -53,11 +80,22 @@ pub(super) async fn get_bucket_location(
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
+    let b = s3
+        .store
         .bucket(tenant, &req.input.bucket)
         .await
         .map_err(to_s3)?;
-    Ok(S3Response::new(GetBucketLocationOutput::default()))
+    // S3 answers an empty constraint for us-east-1.
+    Ok(S3Response::new(GetBucketLocationOutput {
+        location_constraint: b.location.map(BucketLocationConstraint::from),
+    }))
+}
+
+/// The bucket's region as S3 names it in `x-amz-bucket-region` and listings.
+fn region(b: &cairn_meta::BucketRecord) -> String {
+    b.location
+        .clone()
+        .unwrap_or_else(|| "us-east-1".to_string())
 }
 
 pub(super) async fn list_buckets(
@@ -98,7 +136,7 @@ pub(super) async fn list_buckets(
         .map(|(name, b)| Bucket {
             name: Some(name),
             creation_date: Some(timestamp(b.created_ms)),
-            ..Default::default()
+            bucket_region: Some(region(&b)),
         })
         .collect();
     Ok(S3Response::new(ListBucketsOutput {

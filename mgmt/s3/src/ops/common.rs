@@ -265,15 +265,20 @@ pub(super) fn object_entry(key: String, rec: &ObjectRecord) -> Object {
 }
 
 /// A listing page as S3's `Contents` and `CommonPrefixes`, keys written as `enc`
-/// says.
+/// says; `owner` is set on each object when the caller asked for it (V2's
+/// `fetch-owner`; V1 always names the owner, as S3 does).
 pub(super) fn listing_entries(
     listing: &cairn_meta::Listing,
     enc: KeyEncoding,
+    owner: Option<Owner>,
 ) -> (Vec<Object>, Vec<CommonPrefix>) {
     let contents = listing
         .objects
         .iter()
-        .map(|(k, r)| object_entry(enc.key(k.clone()), r))
+        .map(|(k, r)| Object {
+            owner: owner.clone(),
+            ..object_entry(enc.key(k.clone()), r)
+        })
         .collect();
     let prefixes = listing
         .prefixes

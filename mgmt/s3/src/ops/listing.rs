@@ -37,7 +37,8 @@ pub(super) async fn list_objects_v2(
         .await
         .map_err(to_s3)?;
     let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
-    let (contents, prefixes) = listing_entries(&listing, enc);
+    let owner = (input.fetch_owner == Some(true)).then(|| super::access::owner(tenant));
+    let (contents, prefixes) = listing_entries(&listing, enc, owner);
     Ok(S3Response::new(ListObjectsV2Output {
         name: Some(input.bucket),
         prefix: enc.opt(input.prefix),
@@ -102,7 +103,7 @@ pub(super) async fn list_objects(
     let next_marker = listing.next.as_ref().map(|a| match a {
         After::Key(k) | After::Prefix(k) => k.clone(),
     });
-    let (contents, prefixes) = listing_entries(&listing, enc);
+    let (contents, prefixes) = listing_entries(&listing, enc, Some(super::access::owner(tenant)));
     Ok(S3Response::new(ListObjectsOutput {
         name: Some(input.bucket),
         prefix: enc.opt(input.prefix),

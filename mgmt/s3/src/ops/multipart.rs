@@ -26,19 +26,7 @@ pub(super) async fn create_multipart_upload(
             )
         })?),
     };
-    // Cairn makes S3's composite checksum (the digest of the parts' digests). A
-    // full-object checksum of a multipart object (CRC64NVME has no other kind)
-    // needs CRC combination, not built yet: refused rather than left unchecked.
-    let full_object = input
-        .checksum_type
-        .as_ref()
-        .is_some_and(|t| t.as_str() == ChecksumType::FULL_OBJECT);
-    if full_object || algorithm == Some(ChecksumAlgorithm::Crc64nvme) {
-        return Err(s3_error!(
-            NotImplemented,
-            "Full-object checksums of multipart uploads are not implemented; use a composite checksum (CRC32, CRC32C, SHA1 or SHA256)"
-        ));
-    }
+    let full_object = full_object_checksum(algorithm, input.checksum_type.as_ref())?;
     let id = s3
         .store
         .create_upload(
@@ -47,6 +35,7 @@ pub(super) async fn create_multipart_upload(
             &input.key,
             attrs(&req.headers, input.content_type, input.metadata),
             algorithm,
+            full_object,
         )
         .await
         .map_err(to_s3)?;
@@ -56,9 +45,62 @@ pub(super) async fn create_multipart_upload(
         upload_id: Some(id),
         checksum_algorithm: algorithm
             .map(|a| s3s::dto::ChecksumAlgorithm::from_static(integrity::name(a))),
-        checksum_type: algorithm.map(|_| ChecksumType::from_static(ChecksumType::COMPOSITE)),
+        checksum_type: algorithm.map(|_| checksum_type(full_object)),
         ..Default::default()
     }))
+}
+
+/// Whether an upload's checksum is S3's `FULL_OBJECT` kind (a CRC of the whole
+/// object, combined from the parts' CRCs) or `COMPOSITE` (a digest of the parts'
+/// digests), by S3's rules: CRC64NVME is only full-object, SHA1 and SHA256 only
+/// composite, CRC32 and CRC32C either (composite unless asked).
+fn full_object_checksum(
+    algorithm: Option<ChecksumAlgorithm>,
+    kind: Option<&ChecksumType>,
+) -> S3Result<bool> {
+    let Some(a) = algorithm else {
+        return match kind {
+            None => Ok(false),
+            Some(_) => Err(s3_error!(
+                InvalidRequest,
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+            )),
+        };
+    };
+    let asked = kind.map(|k| k.as_str().to_ascii_uppercase());
+    let full = match asked.as_deref() {
+        None => a == ChecksumAlgorithm::Crc64nvme,
+        Some(ChecksumType::FULL_OBJECT) => true,
+        Some(ChecksumType::COMPOSITE) => false,
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidRequest,
+                "Value for x-amz-checksum-type header is invalid: {other}"
+            ))
+        }
+    };
+    let refused = match a {
+        ChecksumAlgorithm::Sha1 | ChecksumAlgorithm::Sha256 => full,
+        ChecksumAlgorithm::Crc64nvme => !full,
+        ChecksumAlgorithm::Crc32 | ChecksumAlgorithm::Crc32c => false,
+    };
+    if refused {
+        return Err(s3_error!(
+            InvalidRequest,
+            "The {} checksum type cannot be used with the {} checksum algorithm.",
+            checksum_type(full).as_str(),
+            integrity::name(a).to_ascii_lowercase()
+        ));
+    }
+    Ok(full)
+}
+
+fn checksum_type(full_object: bool) -> ChecksumType {
+    ChecksumType::from_static(if full_object {
+        ChecksumType::FULL_OBJECT
+    } else {
+        ChecksumType::COMPOSITE
+    })
 }
 
 pub(super) async fn upload_part(
@@ -192,25 +234,30 @@ pub(super) async fn complete_multipart_upload(
     }
     let checksum = match upload.record.checksum_algorithm {
         Some(a) => {
-            let of: Vec<_> = chosen
-                .iter()
-                .map(|(n, _)| (*n, stored.get(n).and_then(|r| r.checksum.as_ref())))
-                .collect();
-            Some(integrity::composite(a, &of)?)
+            let of: Vec<_> = chosen.iter().map(|(n, _)| (*n, stored.get(n))).collect();
+            Some(if upload.record.full_object_checksum {
+                integrity::full_object(a, &of)?
+            } else {
+                let digests: Vec<_> = of
+                    .iter()
+                    .map(|(n, r)| (*n, r.and_then(|r| r.checksum.as_ref())))
+                    .collect();
+                integrity::composite(a, &digests)?
+            })
         }
         None => None,
     };
     // A whole-object checksum the client sends with the completion is checked
-    // against the one made here; a full-object (not composite) one cannot be yet.
-    let full_object = req
-        .headers
-        .get("x-amz-checksum-type")
-        .is_some_and(|t| t.as_bytes().eq_ignore_ascii_case(b"FULL_OBJECT"));
-    if full_object {
-        return Err(s3_error!(
-            NotImplemented,
-            "Full-object checksums of multipart uploads are not implemented"
-        ));
+    // against the one made here, and must be of the upload's kind.
+    if let Some(t) = req.headers.get("x-amz-checksum-type") {
+        let full = t.as_bytes().eq_ignore_ascii_case(b"FULL_OBJECT");
+        if checksum.is_some() && full != upload.record.full_object_checksum {
+            return Err(s3_error!(
+                InvalidRequest,
+                "The upload was created using the {} checksum mode. The complete request must use the same checksum mode.",
+                checksum_type(upload.record.full_object_checksum).as_str()
+            ));
+        }
     }
     if let Some((a, v)) = integrity::claimed(&req.headers)? {
         match &checksum {

@@ -3,8 +3,9 @@
 use super::common::*;
 use super::{access, CairnS3};
 use crate::error::to_s3;
-use crate::integrity::{Expectations, Verified};
+use crate::integrity::{self, Expectations, Verified};
 use cairn_meta::Precondition;
+use cairn_objects::ObjectAttrs;
 use futures::StreamExt;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -337,7 +338,7 @@ pub(super) async fn copy_object(
     access::refuse_sse(&req.headers)?;
     access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
-    let (src_bucket, src_key, _src) = copy_source(
+    let (src_bucket, src_key, src) = copy_source(
         s3,
         tenant,
         &input.copy_source,
@@ -361,26 +362,54 @@ pub(super) async fn copy_object(
             "copying an object onto itself without changing its metadata is not allowed"
         ));
     }
-    let new_attrs = replace.then(|| attrs(&req.headers, input.content_type, input.metadata));
+    let mut attrs = if replace {
+        attrs(&req.headers, input.content_type, input.metadata)
+    } else {
+        ObjectAttrs {
+            content_type: src.content_type.clone(),
+            user_meta: src.user_meta.clone(),
+            headers: src.headers.clone(),
+            ..Default::default()
+        }
+    };
+    // The copy is one piece: its checksum is a full-object one in the algorithm
+    // asked for, else the source's (made anew from the bytes, as S3 does, so a
+    // composite checksum of a multipart source becomes the copy's whole CRC or
+    // digest).
+    let algorithm = match &input.checksum_algorithm {
+        Some(a) => Some(integrity::algorithm(a.as_str()).ok_or_else(|| {
+            s3_error!(
+                InvalidRequest,
+                "Checksum algorithm provided is unsupported."
+            )
+        })?),
+        None => src.checksum.as_ref().map(|c| c.algorithm),
+    };
+    let expect = algorithm.map_or_else(Expectations::default, Expectations::computed);
+    // The bytes of the very version whose conditions were checked.
+    let (body, verdict) = Verified::new(s3.store.read(tenant, &src, 0, src.size), expect);
+    attrs.checksum = verdict.slot.clone();
     let rec = s3
         .store
-        .copy_object(
+        .put_object(
             tenant,
-            &src_bucket,
-            &src_key,
             &input.bucket,
             &input.key,
-            new_attrs,
+            body,
+            Some(src.size),
+            attrs,
             Precondition::default(),
         )
         .await
-        .map_err(to_s3)?;
+        .map_err(|e| verdict.failure().unwrap_or_else(|| to_s3(e)))?;
+    let mut result = CopyObjectResult {
+        e_tag: Some(etag(&rec)),
+        last_modified: Some(timestamp(rec.modified_ms)),
+        ..Default::default()
+    };
+    set_checksum!(result, rec.checksum.as_ref(), typed);
     Ok(S3Response::new(CopyObjectOutput {
-        copy_object_result: Some(CopyObjectResult {
-            e_tag: Some(etag(&rec)),
-            last_modified: Some(timestamp(rec.modified_ms)),
-            ..Default::default()
-        }),
+        copy_object_result: Some(result),
         ..Default::default()
     }))
 }
