@@ -3,7 +3,8 @@
 
 use crate::{
     routes, ClusterStatus, ErrorBody, ErrorKind, GcRunQuery, GcStatus, InitRequest, JoinRequest,
-    NodeDrives, NodeRequest, NodeStatus, ScrubStatus, TokenReply,
+    KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest, NodeStatus, ScrubStatus,
+    SetDisabled, TenantView, TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -278,6 +279,102 @@ impl AdminClient {
         let _: bool = self
             .call(Method::POST, routes::CLUSTER_REMOVE, |r| r.json(req))
             .await?;
+        Ok(())
+    }
+
+    /// `GET /v1/tenants`.
+    pub async fn tenants(&self) -> Result<Vec<TenantView>, AdminError> {
+        self.call(Method::GET, routes::TENANTS, |r| r).await
+    }
+
+    /// `POST /v1/tenants`.
+    pub async fn tenant_create(&self, name: &str) -> Result<TenantView, AdminError> {
+        let req = NewTenant { name: name.into() };
+        self.call(Method::POST, routes::TENANTS, |r| r.json(&req))
+            .await
+    }
+
+    /// `GET /v1/tenants/{tenant}` (by name or hex id).
+    pub async fn tenant(&self, tenant: &str) -> Result<TenantView, AdminError> {
+        let route = routes::fill(routes::TENANT, &[tenant]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `PATCH /v1/tenants/{tenant}`.
+    pub async fn tenant_set_disabled(
+        &self,
+        tenant: &str,
+        disabled: bool,
+    ) -> Result<TenantView, AdminError> {
+        let route = routes::fill(routes::TENANT, &[tenant]);
+        self.call(Method::PATCH, &route, |r| r.json(&SetDisabled { disabled }))
+            .await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}`.
+    pub async fn tenant_delete(&self, tenant: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::TENANT, &[tenant]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/tenants/{tenant}/users`.
+    pub async fn users(&self, tenant: &str) -> Result<Vec<UserView>, AdminError> {
+        let route = routes::fill(routes::USERS, &[tenant]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `POST /v1/tenants/{tenant}/users`.
+    pub async fn user_create(
+        &self,
+        tenant: &str,
+        name: &str,
+        role: &str,
+    ) -> Result<UserView, AdminError> {
+        let route = routes::fill(routes::USERS, &[tenant]);
+        let req = NewUser {
+            name: name.into(),
+            role: role.into(),
+        };
+        self.call(Method::POST, &route, |r| r.json(&req)).await
+    }
+
+    /// `PATCH /v1/tenants/{tenant}/users/{user}`.
+    pub async fn user_set_disabled(
+        &self,
+        tenant: &str,
+        user: &str,
+        disabled: bool,
+    ) -> Result<UserView, AdminError> {
+        let route = routes::fill(routes::USER, &[tenant, user]);
+        self.call(Method::PATCH, &route, |r| r.json(&SetDisabled { disabled }))
+            .await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}/users/{user}`.
+    pub async fn user_delete(&self, tenant: &str, user: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::USER, &[tenant, user]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `POST /v1/tenants/{tenant}/users/{user}/keys`: the secret is in this answer
+    /// only.
+    pub async fn key_create(&self, tenant: &str, user: &str) -> Result<NewKey, AdminError> {
+        let route = routes::fill(routes::USER_KEYS, &[tenant, user]);
+        self.call(Method::POST, &route, |r| r).await
+    }
+
+    /// `GET /v1/tenants/{tenant}/keys`.
+    pub async fn keys(&self, tenant: &str) -> Result<Vec<KeyView>, AdminError> {
+        let route = routes::fill(routes::KEYS, &[tenant]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `DELETE /v1/keys/{access_key}`.
+    pub async fn key_revoke(&self, access_key: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::KEY, &[access_key]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
         Ok(())
     }
 

@@ -20,6 +20,7 @@ mod gc;
 mod node;
 mod protection;
 mod scrub;
+mod tenants;
 
 #[cfg(feature = "client")]
 mod client;
@@ -32,6 +33,7 @@ pub use gc::{GcRound, GcRunQuery, GcStatus};
 pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
+pub use tenants::{KeyView, NewKey, NewTenant, NewUser, SetDisabled, TenantView, UserView};
 
 #[cfg(feature = "client")]
 pub use client::{AdminClient, AdminError};
@@ -73,4 +75,51 @@ pub mod routes {
     pub const CLUSTER_DRAIN: &str = "/v1/cluster/drain";
     /// `POST` [`NodeRequest`](crate::NodeRequest) → `true`.
     pub const CLUSTER_REMOVE: &str = "/v1/cluster/remove";
+    /// `GET` → `Vec<`[`TenantView`](crate::TenantView)`>`; `POST`
+    /// [`NewTenant`](crate::NewTenant) → [`TenantView`](crate::TenantView).
+    pub const TENANTS: &str = "/v1/tenants";
+    /// `GET` → [`TenantView`](crate::TenantView); `DELETE` → `true` (refused while
+    /// the tenant owns buckets); `PATCH` [`SetDisabled`](crate::SetDisabled) →
+    /// [`TenantView`](crate::TenantView). `{tenant}`: its name or hex id.
+    pub const TENANT: &str = "/v1/tenants/{tenant}";
+    /// `GET` → `Vec<`[`UserView`](crate::UserView)`>`; `POST`
+    /// [`NewUser`](crate::NewUser) → [`UserView`](crate::UserView).
+    pub const USERS: &str = "/v1/tenants/{tenant}/users";
+    /// `DELETE` → `true` (with its keys); `PATCH`
+    /// [`SetDisabled`](crate::SetDisabled) → [`UserView`](crate::UserView).
+    pub const USER: &str = "/v1/tenants/{tenant}/users/{user}";
+    /// `POST` (no body) → [`NewKey`](crate::NewKey): a key for the user, its
+    /// secret shown this once.
+    pub const USER_KEYS: &str = "/v1/tenants/{tenant}/users/{user}/keys";
+    /// `GET` → `Vec<`[`KeyView`](crate::KeyView)`>`: every key of the tenant.
+    pub const KEYS: &str = "/v1/tenants/{tenant}/keys";
+    /// `DELETE` → `true`: the key is revoked at once on every node.
+    pub const KEY: &str = "/v1/keys/{access_key}";
+
+    /// `path` with its `{name}` placeholders filled, in order.
+    pub fn fill(path: &str, values: &[&str]) -> String {
+        let mut out = String::new();
+        let mut rest = path;
+        let mut values = values.iter();
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let close = rest[open..].find('}').map_or(rest.len(), |c| open + c + 1);
+            out.push_str(&percent(values.next().copied().unwrap_or("")));
+            rest = &rest[close..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// A path segment, percent-encoded but for unreserved characters.
+    fn percent(s: &str) -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
 }

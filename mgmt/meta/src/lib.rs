@@ -16,11 +16,15 @@
 //! requests can never both win.
 
 mod gc;
+mod identity;
 mod list;
 mod once;
 mod records;
 
 pub use gc::GcEpoch;
+pub use identity::{
+    bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantRecord, UserRecord,
+};
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
@@ -88,6 +92,20 @@ pub enum MetaError {
         "the write took too long: its chunks date from collector epoch {written_in}, now {epoch}"
     )]
     WriteExpired { written_in: u64, epoch: u64 },
+    #[error("no such tenant: {0}")]
+    NoSuchTenant(String),
+    #[error("tenant already exists: {0}")]
+    TenantExists(String),
+    #[error("the tenant still owns bucket {0}: delete its buckets first")]
+    TenantNotEmpty(String),
+    #[error("no such user: {0}")]
+    NoSuchUser(String),
+    #[error("user already exists: {0}")]
+    UserExists(String),
+    #[error("no such access key: {0}")]
+    NoSuchAccessKey(String),
+    #[error("the access key already exists")]
+    KeyExists,
 }
 
 /// Where mutations are decided and reads are made current: the node's own
@@ -234,6 +252,8 @@ pub enum Mutation {
     /// nothing, and answers with that proposal's outcome if it was applied, or
     /// [`MetaError::Fenced`] (and bars it for good) if it was not. See [`once`].
     Fence,
+    /// Tenants, users and access keys (see [`identity`]).
+    Identity(IdentityChange),
 }
 
 /// One fragment of an extent, moved from one drive to another.
@@ -268,6 +288,9 @@ struct Dump {
     /// restored from a snapshot still refuses to apply a request twice.
     #[serde(default)]
     requests: Vec<(Vec<u8>, u64, Vec<u8>)>,
+    /// Tenants, users and access keys.
+    #[serde(default)]
+    identity: identity::IdentityDump,
 }
 
 struct Job {
@@ -314,6 +337,9 @@ impl MetaStore {
                 tx.open_table(SYSTEM)?;
                 tx.open_table(once::REQUESTS)?;
                 tx.open_table(once::REQUEST_ORDER)?;
+                tx.open_table(identity::TENANTS)?;
+                tx.open_table(identity::USERS)?;
+                tx.open_table(identity::KEYS)?;
                 tx.commit()?;
                 Ok(db)
             },
@@ -427,6 +453,7 @@ impl MetaStore {
             dump.requests
                 .push((k.value().to_vec(), order, outcome.to_vec()));
         }
+        dump.identity = identity::IdentityDump::export(&tx)?;
         let bytes = serde_json::to_vec(&dump)?;
         Ok((bytes, dump.system))
     }
@@ -471,6 +498,7 @@ impl MetaStore {
                 order.insert(*o, k.as_slice())?;
             }
         }
+        dump.identity.import(&tx)?;
         tx.commit()?;
         Ok(())
     }
@@ -867,6 +895,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
+        Mutation::Identity(c) => {
+            identity::apply(tx, &buckets, c)?;
+            Ok(Applied::default())
+        }
         Mutation::AdvanceGcEpoch {
             from,
             now_ms,

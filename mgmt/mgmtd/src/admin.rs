@@ -8,7 +8,7 @@ pub(crate) use crate::failure::Failure;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use cairn_adminapi::{
     routes, ClusterStatus, DamageAtOpen, DriveStatus, ErrorKind, InitRequest, JoinRequest,
@@ -159,6 +159,27 @@ pub(crate) async fn serve(
         .route(routes::CLUSTER_TOKEN, get(cluster_token))
         .route(routes::CLUSTER_DRAIN, post(cluster_drain))
         .route(routes::CLUSTER_REMOVE, post(cluster_remove))
+        .route(
+            routes::TENANTS,
+            get(crate::tenants::list).post(crate::tenants::create),
+        )
+        .route(
+            routes::TENANT,
+            get(crate::tenants::show)
+                .patch(crate::tenants::set_disabled)
+                .delete(crate::tenants::delete),
+        )
+        .route(
+            routes::USERS,
+            get(crate::tenants::users).post(crate::tenants::create_user),
+        )
+        .route(
+            routes::USER,
+            patch(crate::tenants::set_user_disabled).delete(crate::tenants::delete_user),
+        )
+        .route(routes::USER_KEYS, post(crate::tenants::create_key))
+        .route(routes::KEYS, get(crate::tenants::keys))
+        .route(routes::KEY, delete(crate::tenants::revoke_key))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(App {
             node,
@@ -311,7 +332,7 @@ fn parse_ec(s: &str) -> Result<(u8, u8), Failure> {
 
 /// A route's JSON body, read after the token is checked (so a caller without it
 /// learns nothing about the body).
-type Body<T> = Result<Json<T>, JsonRejection>;
+pub(crate) type Body<T> = Result<Json<T>, JsonRejection>;
 
 async fn cluster_init(
     State(app): State<App>,

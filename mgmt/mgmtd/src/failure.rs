@@ -72,6 +72,13 @@ fn cluster_kind(e: &ClusterError) -> ErrorKind {
 fn meta_kind(e: &MetaError) -> ErrorKind {
     match e {
         MetaError::Unavailable(_) | MetaError::Stopped => ErrorKind::Unavailable,
+        MetaError::NoSuchTenant(_) | MetaError::NoSuchUser(_) | MetaError::NoSuchAccessKey(_) => {
+            ErrorKind::NotFound
+        }
+        MetaError::TenantExists(_)
+        | MetaError::UserExists(_)
+        | MetaError::KeyExists
+        | MetaError::TenantNotEmpty(_) => ErrorKind::Conflict,
         // What the admin API reads of the metadata is its own; anything else
         // failing there is the node's fault.
         _ => ErrorKind::Internal,
@@ -91,6 +98,12 @@ fn object_kind(e: &ObjectError) -> ErrorKind {
 impl From<ClusterError> for Failure {
     fn from(e: ClusterError) -> Failure {
         Failure::new(cluster_kind(&e), e)
+    }
+}
+
+impl From<MetaError> for Failure {
+    fn from(e: MetaError) -> Failure {
+        Failure::new(meta_kind(&e), e)
     }
 }
 

@@ -15,6 +15,7 @@ mod failure;
 mod gc;
 mod resp;
 mod scrub;
+mod tenants;
 
 pub use cluster::ClusterOpts;
 
@@ -248,7 +249,8 @@ async fn run_cluster(
             tenant: cairn_meta::ROOT_TENANT,
         },
     );
-    let keys = cairn_s3::Keys::new(keys);
+    // The tenants' keys are read from the (replicated) metadata at each request.
+    let keys = cairn_s3::Keys::new(keys).with_tenants(meta.clone());
     // Checked before anything serves: a bad domain stops the start.
     let domains = cairn_s3::Domains::new(cfg.s3_domains.clone())?;
     let s3_task = tokio::spawn({

@@ -10,6 +10,7 @@ mod nodeos;
 mod scrub;
 mod status;
 mod supervisor;
+mod tenants;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -93,6 +94,21 @@ enum Cmd {
         dry_run: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// Tenants: namespaces of buckets with their own users and keys.
+    Tenant {
+        #[command(subcommand)]
+        cmd: tenants::TenantCmd,
+    },
+    /// Users of a tenant, with roles (admin, read-write, read-only).
+    User {
+        #[command(subcommand)]
+        cmd: tenants::UserCmd,
+    },
+    /// Access keys of a tenant's users.
+    Key {
+        #[command(subcommand)]
+        cmd: tenants::KeyCmd,
     },
     /// Drives, capacity, objects and health of a node.
     Status {
@@ -312,6 +328,9 @@ async fn main() -> std::process::ExitCode {
             dry_run,
             json,
         } => gc::run(&target, dry_run, json).await,
+        Cmd::Tenant { cmd } => tenants::tenant(cmd).await,
+        Cmd::User { cmd } => tenants::user(cmd).await,
+        Cmd::Key { cmd } => tenants::key(cmd).await,
         Cmd::Scrub { cmd } => match cmd {
             ScrubCmd::Status { target, json } => scrub::status(&target, json).await,
             ScrubCmd::Start { target, wait, json } => scrub::start(&target, wait, json).await,

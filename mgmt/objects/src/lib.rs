@@ -38,8 +38,8 @@ use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};
 use cairn_erasure::Codec;
 use cairn_meta::{
-    After, Applied, BucketRecord, Checksum, ChecksumAlgorithm, Extent, Listing, MetaError, MetaLog,
-    MetaStore, Mutation, ObjectRecord, PartRecord, Precondition, UploadRecord,
+    bucket_id, After, Applied, BucketRecord, Checksum, ChecksumAlgorithm, Extent, Listing,
+    MetaError, MetaLog, MetaStore, Mutation, ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
 use cairn_types::ChunkId;
 use futures::stream::{BoxStream, StreamExt};
@@ -511,16 +511,23 @@ impl ObjectStore {
 
     /// The bucket, if the tenant may use it.
     pub async fn bucket(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
-        self.sync().await?;
-        self.bucket_here(tenant, name)
+        self.resolve(tenant, name).await.map(|(_, b)| b)
     }
 
-    /// [`ObjectStore::bucket`] on local metadata, already made current.
-    fn bucket_here(&self, tenant: u64, name: &str) -> Result<BucketRecord, ObjectError> {
-        match self.meta.bucket(name)? {
+    /// The tenant's bucket `name` after a read barrier: its metadata name (see
+    /// [`cairn_meta::bucket_id`]) and record.
+    async fn resolve(
+        &self,
+        tenant: u64,
+        name: &str,
+    ) -> Result<(String, BucketRecord), ObjectError> {
+        self.sync().await?;
+        let id = bucket_id(tenant, name);
+        match self.meta.bucket(&id)? {
             None => Err(MetaError::NoSuchBucket(name.to_string()).into()),
+            // Unreachable through the scoped names; kept as the last word.
             Some(b) if b.tenant != tenant => Err(ObjectError::AccessDenied),
-            Some(b) => Ok(b),
+            Some(b) => Ok((id, b)),
         }
     }
 
@@ -534,7 +541,7 @@ impl ObjectStore {
         self.commit(
             tenant,
             Mutation::CreateBucket {
-                name: name.to_string(),
+                name: bucket_id(tenant, name),
                 record: BucketRecord {
                     tenant,
                     created_ms: cairn_meta::now_ms(),
@@ -548,15 +555,9 @@ impl ObjectStore {
     }
 
     pub async fn delete_bucket(&self, tenant: u64, name: &str) -> Result<(), ObjectError> {
-        self.bucket(tenant, name).await?;
-        self.commit(
-            tenant,
-            Mutation::DeleteBucket {
-                name: name.to_string(),
-            },
-            Vec::new(),
-        )
-        .await?;
+        let (id, _) = self.resolve(tenant, name).await?;
+        self.commit(tenant, Mutation::DeleteBucket { name: id }, Vec::new())
+            .await?;
         Ok(())
     }
 
@@ -570,6 +571,7 @@ impl ObjectStore {
             .buckets()?
             .into_iter()
             .filter(|(_, b)| b.tenant == tenant)
+            .map(|(id, b)| (cairn_meta::bucket_name(&id).to_string(), b))
             .collect())
     }
 
@@ -582,8 +584,8 @@ impl ObjectStore {
         delimiter: Option<&str>,
         max: usize,
     ) -> Result<Listing, ObjectError> {
-        self.bucket(tenant, bucket).await?;
-        Ok(self.meta.list(bucket, prefix, after, delimiter, max)?)
+        let (bucket, _) = self.resolve(tenant, bucket).await?;
+        Ok(self.meta.list(&bucket, prefix, after, delimiter, max)?)
     }
 
     // ---- objects ----
@@ -604,7 +606,7 @@ impl ObjectStore {
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
     {
-        self.bucket(tenant, bucket).await?;
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
         let written = self.write(tenant, body, len, MAX_PART_SIZE).await?;
         let record = ObjectRecord {
             size: written.extent.size,
@@ -653,7 +655,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
     ) -> Result<ObjectRecord, ObjectError> {
-        self.bucket(tenant, bucket).await?;
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
         self.meta
             .object(bucket, key)?
             .ok_or_else(|| MetaError::NoSuchKey(key.to_string()).into())
@@ -665,7 +667,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
     ) -> Result<(), ObjectError> {
-        self.bucket(tenant, bucket).await?;
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
         self.commit(
             tenant,
             Mutation::DeleteObject {
@@ -720,7 +722,7 @@ impl ObjectStore {
         checksum_algorithm: Option<ChecksumAlgorithm>,
         full_object_checksum: bool,
     ) -> Result<String, ObjectError> {
-        self.bucket(tenant, bucket).await?;
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
         self.commit(
             tenant,
@@ -753,7 +755,7 @@ impl ObjectStore {
         upload_id: &str,
         key: &str,
     ) -> Result<Upload, ObjectError> {
-        self.bucket(tenant, bucket).await?;
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
         match self.meta.upload(bucket, upload_id)? {
             Some(record) if record.key == key => Ok(Upload {
                 bucket: bucket.to_string(),
@@ -850,6 +852,16 @@ impl ObjectStore {
             Vec::new(),
         )
         .await?;
+        Ok(())
+    }
+
+    // ---- identities ----
+
+    /// Applies a change to the tenants, users or keys through the metadata log
+    /// (replicated in a cluster).
+    pub async fn change_identity(&self, c: cairn_meta::IdentityChange) -> Result<(), ObjectError> {
+        self.commit(cairn_meta::ROOT_TENANT, Mutation::Identity(c), Vec::new())
+            .await?;
         Ok(())
     }
 

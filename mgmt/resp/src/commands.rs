@@ -28,7 +28,12 @@ pub struct Session {
     store: Arc<ObjectStore>,
     cfg: Arc<RespConfig>,
     tenant: Option<u64>,
+    /// The authenticated user may only read (role `read-only`).
+    read_only: bool,
 }
+
+/// The commands that change data: refused to read-only users.
+const WRITES: &[&str] = &["SET", "MSET", "DEL", "UNLINK"];
 
 impl Session {
     pub fn new(store: Arc<ObjectStore>, cfg: Arc<RespConfig>) -> Session {
@@ -36,6 +41,7 @@ impl Session {
             store,
             cfg,
             tenant: None,
+            read_only: false,
         }
     }
 
@@ -74,6 +80,16 @@ impl Session {
                 return Ok(Next::Continue);
             }
         };
+        if self.read_only && WRITES.contains(&name) {
+            // Redis's answer to a command its ACL denies.
+            let lower = name.to_ascii_lowercase();
+            error(
+                w,
+                &format!("NOPERM this user has no permissions to run the '{lower}' command"),
+            )
+            .await?;
+            return Ok(Next::Continue);
+        }
         match name {
             "AUTH" => {
                 let (user, pass) = match a {
@@ -239,8 +255,9 @@ impl Session {
             _ => None,
         };
         match found {
-            Some(t) => {
-                self.tenant = Some(t);
+            Some(id) => {
+                self.tenant = Some(id.tenant);
+                self.read_only = id.role == cairn_meta::Role::ReadOnly;
                 ok(w).await?;
                 Ok(true)
             }
@@ -410,7 +427,7 @@ impl Session {
         if !self.bucket_exists(tenant).await? {
             return Ok(vec![None; keys.len()]);
         }
-        let bucket = bucket_for(tenant);
+        let bucket = cairn_meta::bucket_id(tenant, &bucket_for(tenant));
         keys.iter()
             .map(|k| {
                 self.store

@@ -1,13 +1,21 @@
-//! Credentials: access key -> secret key and tenant. `s3s` verifies SigV4 with the
-//! secret we return; an unknown key is `InvalidAccessKeyId`, a wrong signature
-//! `SignatureDoesNotMatch`, both 403.
+//! Credentials and what they may do.
+//!
+//! An access key is the node's root key (tenant `ROOT_TENANT`, from the
+//! environment or the state directory) or a tenant user's key, read from the
+//! replicated metadata ([`cairn_meta::KeyRecord`]). `s3s` verifies SigV4 with the
+//! secret [`Keys`] returns: an unknown key is `InvalidAccessKeyId`, a wrong
+//! signature `SignatureDoesNotMatch`, both 403. Then [`Access`], one layer in
+//! front of every operation, refuses anonymous requests, disabled users and
+//! tenants, and writes by read-only users (`AccessDenied`).
 
+use cairn_meta::{MetaStore, Role};
+use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// One access key.
+/// One static access key (the root's).
 #[derive(Clone)]
 pub struct Credential {
     pub secret: String,
@@ -21,40 +29,143 @@ impl std::fmt::Debug for Credential {
     }
 }
 
-/// The credential table.
+/// Who an access key acts as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub tenant: u64,
+    /// The tenant user, or none for the root key.
+    pub user: Option<String>,
+    pub role: Role,
+    /// The user or its tenant is disabled: the key is refused.
+    pub disabled: bool,
+}
+
+/// The credential table: static keys, then the tenants' keys in the metadata.
 #[derive(Clone, Debug, Default)]
-pub struct Keys(Arc<HashMap<String, Credential>>);
+pub struct Keys {
+    fixed: Arc<HashMap<String, Credential>>,
+    meta: Option<MetaStore>,
+}
 
 impl Keys {
     pub fn new(keys: HashMap<String, Credential>) -> Keys {
-        Keys(Arc::new(keys))
+        Keys {
+            fixed: Arc::new(keys),
+            meta: None,
+        }
     }
 
-    /// The tenant of `access_key` if `secret` is its secret: for front ends that
-    /// take a password rather than a signature (RESP's `AUTH`). The comparison
-    /// does not stop at the first differing byte, so timing does not leak it.
-    pub fn verify(&self, access_key: &str, secret: &str) -> Option<u64> {
-        let c = self.0.get(access_key)?;
-        let (a, b) = (c.secret.as_bytes(), secret.as_bytes());
+    /// The same keys, and the tenant users' keys kept in `meta`.
+    pub fn with_tenants(mut self, meta: MetaStore) -> Keys {
+        self.meta = Some(meta);
+        self
+    }
+
+    /// The key's secret and identity, if the key exists.
+    fn lookup(&self, access_key: &str) -> Option<(String, Identity)> {
+        if let Some(c) = self.fixed.get(access_key) {
+            let id = Identity {
+                tenant: c.tenant,
+                user: None,
+                role: Role::Admin,
+                disabled: false,
+            };
+            return Some((c.secret.clone(), id));
+        }
+        let meta = self.meta.as_ref()?;
+        let lookup = || -> Result<Option<(String, Identity)>, cairn_meta::MetaError> {
+            let Some(k) = meta.access_key(access_key)? else {
+                return Ok(None);
+            };
+            let (user, tenant) = (meta.user(k.tenant, &k.user)?, meta.tenant(k.tenant)?);
+            let (Some(user), Some(tenant)) = (user, tenant) else {
+                return Ok(None);
+            };
+            let id = Identity {
+                tenant: k.tenant,
+                user: Some(k.user),
+                role: user.role,
+                disabled: user.disabled || tenant.disabled,
+            };
+            Ok(Some((k.secret, id)))
+        };
+        match lookup() {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!("access key lookup: {e}");
+                None
+            }
+        }
+    }
+
+    /// Who `access_key` is if `secret` is its secret and the key is enabled: for
+    /// front ends that take a password rather than a signature (RESP's `AUTH`).
+    /// The comparison does not stop at the first differing byte, so timing does
+    /// not leak it.
+    pub fn verify(&self, access_key: &str, secret: &str) -> Option<Identity> {
+        let (s, id) = self.lookup(access_key)?;
+        let (a, b) = (s.as_bytes(), secret.as_bytes());
         let diff = a
             .iter()
             .zip(b)
             .fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y));
-        (diff == 0).then_some(c.tenant)
+        (diff == 0 && !id.disabled).then_some(id)
+    }
+
+    /// Who `access_key` acts as.
+    pub fn identity(&self, access_key: &str) -> Option<Identity> {
+        self.lookup(access_key).map(|(_, id)| id)
     }
 
     /// The tenant an access key acts for.
     pub fn tenant(&self, access_key: &str) -> Option<u64> {
-        self.0.get(access_key).map(|c| c.tenant)
+        self.identity(access_key).map(|id| id.tenant)
     }
 }
 
 #[async_trait::async_trait]
 impl S3Auth for Keys {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.0.get(access_key) {
-            Some(c) => Ok(SecretKey::from(c.secret.as_str())),
+        match self.lookup(access_key) {
+            Some((secret, _)) => Ok(SecretKey::from(secret.as_str())),
             None => Err(s3_error!(InvalidAccessKeyId)),
         }
+    }
+}
+
+/// Authorisation, checked by s3s for every request after its signature.
+pub struct Access(pub Keys);
+
+/// Whether an S3 operation only reads (S3 names every such operation
+/// `Get…`, `Head…` or `List…`).
+fn reads_only(op: &str) -> bool {
+    ["Get", "Head", "List"].iter().any(|p| op.starts_with(p))
+}
+
+#[async_trait::async_trait]
+impl S3Access for Access {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        let Some(creds) = cx.credentials() else {
+            return Err(s3_error!(AccessDenied, "anonymous access is not allowed"));
+        };
+        let id = self
+            .0
+            .identity(&creds.access_key)
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
+        if id.disabled {
+            return Err(s3_error!(
+                AccessDenied,
+                "the access key's user or tenant is disabled"
+            ));
+        }
+        let op = cx.s3_op().name();
+        if id.role == Role::ReadOnly && !reads_only(op) {
+            return Err(s3_error!(
+                AccessDenied,
+                "user {} is read-only: {op} is refused",
+                id.user.as_deref().unwrap_or("")
+            ));
+        }
+        Ok(())
     }
 }

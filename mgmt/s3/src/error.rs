@@ -8,11 +8,22 @@ use s3s::{s3_error, S3Error};
 pub(crate) fn to_s3(e: ObjectError) -> S3Error {
     match e {
         ObjectError::Meta(m) => match m {
-            MetaError::NoSuchBucket(b) => s3_error!(NoSuchBucket, "bucket {b} does not exist"),
-            MetaError::BucketExists(b) => {
-                s3_error!(BucketAlreadyOwnedByYou, "bucket {b} already exists")
-            }
-            MetaError::BucketNotEmpty(b) => s3_error!(BucketNotEmpty, "bucket {b} is not empty"),
+            // Bucket names as the tenant knows them, not as the metadata keeps them.
+            MetaError::NoSuchBucket(b) => s3_error!(
+                NoSuchBucket,
+                "bucket {} does not exist",
+                cairn_meta::bucket_name(&b)
+            ),
+            MetaError::BucketExists(b) => s3_error!(
+                BucketAlreadyOwnedByYou,
+                "bucket {} already exists",
+                cairn_meta::bucket_name(&b)
+            ),
+            MetaError::BucketNotEmpty(b) => s3_error!(
+                BucketNotEmpty,
+                "bucket {} is not empty",
+                cairn_meta::bucket_name(&b)
+            ),
             MetaError::NoSuchKey(k) => s3_error!(NoSuchKey, "key {k} does not exist"),
             MetaError::NoSuchUpload(u) => s3_error!(NoSuchUpload, "upload {u} does not exist"),
             MetaError::PreconditionFailed => s3_error!(PreconditionFailed),

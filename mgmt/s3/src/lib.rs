@@ -14,7 +14,7 @@ mod integrity;
 mod ops;
 mod vhost;
 
-pub use auth::{Credential, Keys};
+pub use auth::{Credential, Identity, Keys};
 pub use ops::CairnS3;
 pub use vhost::{BadDomain, Domains};
 
@@ -42,7 +42,8 @@ pub async fn serve(
 ) -> Result<(), S3FrontError> {
     let service = {
         let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store, keys.clone()));
-        b.set_auth(keys);
+        b.set_auth(keys.clone());
+        b.set_access(auth::Access(keys));
         if !domains.is_empty() {
             b.set_host(domains);
         }

@@ -14,10 +14,6 @@ pub(super) async fn create_bucket(
     super::access::refuse_grants(&req.headers, None, "")?;
     let name = &req.input.bucket;
     check_bucket_name(name)?;
-    match s3.store.meta().bucket(name).map_err(|e| to_s3(e.into()))? {
-        Some(b) if b.tenant != tenant => return Err(s3_error!(BucketAlreadyExists)),
-        _ => {}
-    }
     let location = req
         .input
         .create_bucket_configuration

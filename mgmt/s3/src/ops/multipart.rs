@@ -426,7 +426,7 @@ pub(super) async fn list_multipart_uploads(
     let all = s3
         .store
         .meta()
-        .uploads(&input.bucket)
+        .uploads(&cairn_meta::bucket_id(tenant, &input.bucket))
         .map_err(|e| to_s3(e.into()))?;
     let mut selected: Vec<_> = all
         .into_iter()

@@ -1,0 +1,72 @@
+//! Tenants, their users and the users' access keys: the bodies of the
+//! `/v1/tenants` routes (see [`routes`](crate::routes)). Tenants are named by
+//! their name or their hex id in paths; roles are `admin`, `read-write` and
+//! `read-only`.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/tenants`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewTenant {
+    pub name: String,
+}
+
+/// A tenant as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TenantView {
+    /// 16 hex digits; the tenant's canonical id in S3 (`Owner`).
+    pub id: String,
+    pub name: String,
+    pub created_ms: i64,
+    pub disabled: bool,
+    pub users: usize,
+    pub keys: usize,
+    pub buckets: usize,
+}
+
+/// `POST /v1/tenants/{tenant}/users`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewUser {
+    pub name: String,
+    /// `admin`, `read-write` or `read-only`.
+    pub role: String,
+}
+
+/// A user as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UserView {
+    pub name: String,
+    pub role: String,
+    pub created_ms: i64,
+    pub disabled: bool,
+    pub keys: usize,
+}
+
+/// An access key as the API lists it: never its secret.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyView {
+    pub access_key: String,
+    pub user: String,
+    pub created_ms: i64,
+}
+
+/// A key just made: the only answer that carries its secret.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct NewKey {
+    pub access_key: String,
+    pub secret_key: String,
+    pub tenant: String,
+    pub user: String,
+}
+
+impl std::fmt::Debug for NewKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NewKey({}, secret=<redacted>)", self.access_key)
+    }
+}
+
+/// The body of the enable/disable routes.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct SetDisabled {
+    pub disabled: bool,
+}

@@ -1,0 +1,319 @@
+//! Tenants from the outside: made with the real `nodectl` against a real node,
+//! then the isolation matrix through aws-sdk-s3 with each tenant's own keys —
+//! bucket names per tenant, no reach into another tenant's buckets (list, read,
+//! write, delete, copy from, multipart into), the root key not seeing tenants'
+//! data, read-only users refused writes, disabled users and tenants and revoked
+//! keys refused, a presigned URL acting as its signer; all of it kept across a
+//! restart.
+
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::presigning::PresigningConfig;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::Client;
+use cairn_it::{bin, get_bytes, Node, NodeOptions};
+use std::process::Command;
+use std::time::Duration;
+
+fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.code().unwrap_or("").to_string(),
+    }
+}
+
+/// `nodectl ARGS --admin ... --token-file ...`: (exit success, stdout, stderr).
+fn nodectl(node: &Node, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin("nodectl"))
+        .args(args)
+        .args(["--admin", &node.admin_addr, "--token-file"])
+        .arg(node.state_dir().join("admin.token"))
+        .output()
+        .expect("nodectl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn nodectl_json(node: &Node, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (ok, out, err) = nodectl(node, &all);
+    assert!(ok, "nodectl {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("nodectl {args:?}: {e}: {out}"))
+}
+
+/// A new key for `user` of `tenant`, as a client.
+fn key_client(node: &Node, tenant: &str, user: &str) -> (Client, String) {
+    let k = nodectl_json(node, &["key", "create", tenant, user]);
+    let (ak, sk) = (
+        k["access_key"].as_str().unwrap(),
+        k["secret_key"].as_str().unwrap(),
+    );
+    assert_eq!(ak.len(), 20);
+    assert_eq!(sk.len(), 40);
+    (node.client_with(ak, sk), ak.to_string())
+}
+
+async fn put(c: &Client, b: &str, k: &str, body: &[u8]) {
+    c.put_object()
+        .bucket(b)
+        .key(k)
+        .body(ByteStream::from(body.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put {b}/{k}: {e:?}"));
+}
+
+async fn bucket_names(c: &Client) -> Vec<String> {
+    c.list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn tenants_are_sealed_from_each_other() {
+    let mut node = Node::start(NodeOptions::default());
+    let root = node.client();
+    let acme = nodectl_json(&node, &["tenant", "create", "acme"]);
+    assert_eq!(acme["name"], "acme");
+    nodectl_json(&node, &["tenant", "create", "globex"]);
+    let (ok, _, err) = nodectl(&node, &["tenant", "create", "acme"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+    let (ok, _, err) = nodectl(&node, &["tenant", "create", "bad name/1"]);
+    assert!(!ok && err.contains("invalid tenant name"), "{err}");
+    nodectl_json(
+        &node,
+        &["user", "create", "acme", "alice", "--role", "admin"],
+    );
+    nodectl_json(
+        &node,
+        &["user", "create", "acme", "reader", "--role", "read-only"],
+    );
+    nodectl_json(&node, &["user", "create", "globex", "bob"]);
+    let (ok, _, err) = nodectl(&node, &["user", "create", "acme", "x", "--role", "god"]);
+    assert!(!ok && err.contains("unknown role"), "{err}");
+    let (alice, alice_key) = key_client(&node, "acme", "alice");
+    let (reader, _) = key_client(&node, "acme", "reader");
+    let (bob, _) = key_client(&node, "globex", "bob");
+
+    // Bucket names are per tenant: three buckets named `data`, three contents.
+    for (c, body) in [(&root, "root's"), (&alice, "acme's"), (&bob, "globex's")] {
+        c.create_bucket().bucket("data").send().await.unwrap();
+        put(c, "data", "k", body.as_bytes()).await;
+    }
+    for (c, body) in [(&root, "root's"), (&alice, "acme's"), (&bob, "globex's")] {
+        assert_eq!(get_bytes(c, "data", "k").await.unwrap(), body.as_bytes());
+    }
+    alice
+        .create_bucket()
+        .bucket("acme-only")
+        .send()
+        .await
+        .unwrap();
+    put(&alice, "acme-only", "secret", b"acme secret").await;
+    assert_eq!(bucket_names(&alice).await, ["acme-only", "data"]);
+    assert_eq!(bucket_names(&bob).await, ["data"]);
+    assert_eq!(bucket_names(&root).await, ["data"]);
+
+    // Nobody else reaches acme's bucket: not another tenant, not the root key.
+    for c in [&bob, &root] {
+        let r = c.list_objects_v2().bucket("acme-only").send().await;
+        assert_eq!(code(r), "NoSuchBucket");
+        let r = c
+            .get_object()
+            .bucket("acme-only")
+            .key("secret")
+            .send()
+            .await;
+        assert_eq!(code(r), "NoSuchBucket");
+        let r = c
+            .head_object()
+            .bucket("acme-only")
+            .key("secret")
+            .send()
+            .await;
+        assert!(r.is_err());
+        let r = c
+            .put_object()
+            .bucket("acme-only")
+            .key("planted")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await;
+        assert_eq!(code(r), "NoSuchBucket");
+        let r = c
+            .delete_object()
+            .bucket("acme-only")
+            .key("secret")
+            .send()
+            .await;
+        assert_eq!(code(r), "NoSuchBucket");
+        let r = c
+            .copy_object()
+            .bucket("data")
+            .key("stolen")
+            .copy_source("acme-only/secret")
+            .send()
+            .await;
+        assert_eq!(code(r), "NoSuchBucket");
+        let r = c.delete_bucket().bucket("acme-only").send().await;
+        assert_eq!(code(r), "NoSuchBucket");
+    }
+    // Multipart: another tenant cannot add parts to, list or complete acme's upload.
+    let up = alice
+        .create_multipart_upload()
+        .bucket("acme-only")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let r = bob
+        .upload_part()
+        .bucket("acme-only")
+        .key("mp")
+        .upload_id(id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"planted"))
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchBucket");
+    let r = bob
+        .list_parts()
+        .bucket("acme-only")
+        .key("mp")
+        .upload_id(id)
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchBucket");
+    let r = bob
+        .complete_multipart_upload()
+        .bucket("acme-only")
+        .key("mp")
+        .upload_id(id)
+        .send()
+        .await;
+    assert!(r.is_err());
+    let r = bob
+        .list_multipart_uploads()
+        .bucket("acme-only")
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchBucket");
+    // Nor from a bucket of its own with acme's upload id.
+    let r = bob
+        .upload_part()
+        .bucket("data")
+        .key("mp")
+        .upload_id(id)
+        .part_number(1)
+        .body(ByteStream::from_static(b"planted"))
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchUpload");
+    assert_eq!(
+        get_bytes(&alice, "acme-only", "secret").await.unwrap(),
+        b"acme secret"
+    );
+
+    // A presigned URL acts as its signer: bob's URL for acme's key finds nothing.
+    let cfg = PresigningConfig::expires_in(Duration::from_secs(300)).unwrap();
+    let url = bob
+        .get_object()
+        .bucket("acme-only")
+        .key("secret")
+        .presigned(cfg.clone())
+        .await
+        .unwrap();
+    let r = reqwest::get(url.uri()).await.unwrap();
+    assert_eq!(r.status(), 404);
+    let url = bob
+        .get_object()
+        .bucket("data")
+        .key("k")
+        .presigned(cfg)
+        .await
+        .unwrap();
+    let r = reqwest::get(url.uri()).await.unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"globex's");
+
+    // Read-only: reads and lists, and nothing else.
+    assert_eq!(get_bytes(&reader, "data", "k").await.unwrap(), b"acme's");
+    reader
+        .list_objects_v2()
+        .bucket("data")
+        .send()
+        .await
+        .unwrap();
+    let r = reader
+        .put_object()
+        .bucket("data")
+        .key("k")
+        .body(ByteStream::from_static(b"overwritten"))
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied");
+    let r = reader.delete_object().bucket("data").key("k").send().await;
+    assert_eq!(code(r), "AccessDenied");
+    let r = reader.create_bucket().bucket("mine").send().await;
+    assert_eq!(code(r), "AccessDenied");
+    assert_eq!(get_bytes(&alice, "data", "k").await.unwrap(), b"acme's");
+
+    // Disabled users and tenants, revoked keys: refused.
+    nodectl(&node, &["user", "disable", "acme", "alice"]);
+    let r = alice.list_buckets().send().await;
+    assert_eq!(code(r), "AccessDenied");
+    nodectl(&node, &["user", "enable", "acme", "alice"]);
+    assert_eq!(bucket_names(&alice).await, ["acme-only", "data"]);
+    let (ok, _, err) = nodectl(&node, &["tenant", "disable", "globex"]);
+    assert!(ok, "{err}");
+    let r = bob.list_buckets().send().await;
+    assert_eq!(code(r), "AccessDenied");
+    nodectl(&node, &["tenant", "enable", "globex"]);
+    assert_eq!(bucket_names(&bob).await, ["data"]);
+    let listed = nodectl_json(&node, &["key", "list", "acme"]);
+    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert!(!listed.to_string().contains("secret"), "{listed}");
+
+    // The tenants, users and keys outlive a restart.
+    node.restart();
+    assert_eq!(
+        get_bytes(&alice, "acme-only", "secret").await.unwrap(),
+        b"acme secret"
+    );
+    assert_eq!(get_bytes(&bob, "data", "k").await.unwrap(), b"globex's");
+    let shown = nodectl_json(&node, &["tenant", "show", "acme"]);
+    assert_eq!(shown["tenant"]["buckets"], 2);
+    assert_eq!(shown["users"].as_array().unwrap().len(), 2);
+
+    let (ok, _, _) = nodectl(&node, &["key", "revoke", &alice_key]);
+    assert!(ok);
+    let r = alice.list_buckets().send().await;
+    assert_eq!(code(r), "InvalidAccessKeyId");
+
+    // A tenant is deleted only once its buckets are; then its keys die with it.
+    let (ok, _, err) = nodectl(&node, &["tenant", "delete", "globex"]);
+    assert!(!ok && err.contains("delete its buckets first"), "{err}");
+    bob.delete_object()
+        .bucket("data")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    bob.delete_bucket().bucket("data").send().await.unwrap();
+    let (ok, _, err) = nodectl(&node, &["tenant", "delete", "globex"]);
+    assert!(ok, "{err}");
+    let r = bob.list_buckets().send().await;
+    assert_eq!(code(r), "InvalidAccessKeyId");
+    // The others' `data` buckets are untouched.
+    assert_eq!(get_bytes(&root, "data", "k").await.unwrap(), b"root's");
+    let tenants = nodectl_json(&node, &["tenant", "list"]);
+    assert_eq!(tenants.as_array().unwrap().len(), 1);
+}

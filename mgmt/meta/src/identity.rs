@@ -1,0 +1,402 @@
+//! Who may act: tenants, the users within a tenant, and the access keys users
+//! sign with. Replicated like every other record (the mutations below go through
+//! the Raft log in a cluster), so every node authenticates every key.
+//!
+//! The root identity (the node's root key pair, tenant [`ROOT_TENANT`]) is not a
+//! record here: it administers tenants through the admin API and owns buckets of
+//! its own, and it cannot address a tenant's buckets (see [`bucket_id`]).
+
+use crate::{MetaError, MetaStore, ROOT_TENANT};
+use redb::{ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+pub(crate) const TENANTS: TableDefinition<u64, &[u8]> = TableDefinition::new("tenants");
+pub(crate) const USERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("users");
+pub(crate) const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("access_keys");
+
+/// The name a tenant's bucket has in the metadata: bucket names are per tenant
+/// (two tenants may each own `data`). The root tenant's buckets keep their bare
+/// names (as before tenants existed); another tenant's carry its id and a `:`,
+/// which no S3 bucket name contains, so no name of one tenant reaches another's.
+pub fn bucket_id(tenant: u64, name: &str) -> String {
+    if tenant == ROOT_TENANT {
+        name.to_string()
+    } else {
+        format!("{tenant:016x}:{name}")
+    }
+}
+
+/// The S3 name of a bucket from its metadata name (see [`bucket_id`]).
+pub fn bucket_name(id: &str) -> &str {
+    id.split_once(':').map_or(id, |(_, name)| name)
+}
+
+/// What a user may do with its tenant's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Everything in the tenant: buckets, objects, and the tenant's users and keys.
+    Admin,
+    /// Buckets and objects: read, write, delete.
+    ReadWrite,
+    /// Read and list only.
+    ReadOnly,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::ReadWrite => "read-write",
+            Role::ReadOnly => "read-only",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        [Role::Admin, Role::ReadWrite, Role::ReadOnly]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// A tenant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantRecord {
+    /// Unique among tenants; what operators name it by.
+    pub name: String,
+    pub created_ms: i64,
+    /// A disabled tenant's keys are refused (its data stays).
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+/// A user of a tenant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub role: Role,
+    pub created_ms: i64,
+    #[serde(default)]
+    pub disabled: bool,
+}
+
+/// An access key: whose it is, and the secret SigV4 signatures are checked with
+/// (SigV4 derives its signing key from the secret itself, so the secret, not a
+/// hash of it, must be at hand).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub tenant: u64,
+    pub user: String,
+    pub secret: String,
+    pub created_ms: i64,
+}
+
+impl std::fmt::Debug for KeyRecord {
+    // Never print a secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KeyRecord(tenant={}, user={}, secret=<redacted>)",
+            self.tenant, self.user
+        )
+    }
+}
+
+/// A change to the identities (one arm of [`crate::Mutation::Identity`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum IdentityChange {
+    CreateTenant {
+        id: u64,
+        record: TenantRecord,
+    },
+    /// Enables or disables a tenant.
+    SetTenantDisabled {
+        id: u64,
+        disabled: bool,
+    },
+    /// Deletes a tenant with no buckets left, with its users and keys.
+    DeleteTenant {
+        id: u64,
+    },
+    CreateUser {
+        tenant: u64,
+        name: String,
+        record: UserRecord,
+    },
+    SetUserDisabled {
+        tenant: u64,
+        name: String,
+        disabled: bool,
+    },
+    /// Deletes a user and its keys.
+    DeleteUser {
+        tenant: u64,
+        name: String,
+    },
+    CreateKey {
+        access_key: String,
+        record: KeyRecord,
+    },
+    DeleteKey {
+        access_key: String,
+    },
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, MetaError> {
+    Ok(serde_json::to_vec(v)?)
+}
+
+/// Applies one change inside the caller's transaction.
+pub(crate) fn apply(
+    tx: &redb::WriteTransaction,
+    buckets: &redb::Table<&str, &[u8]>,
+    c: &IdentityChange,
+) -> Result<(), MetaError> {
+    let mut tenants = tx.open_table(TENANTS)?;
+    let mut users = tx.open_table(USERS)?;
+    let mut keys = tx.open_table(KEYS)?;
+    let tenant = |t: &redb::Table<u64, &[u8]>, id: u64| -> Result<TenantRecord, MetaError> {
+        match t.get(id)? {
+            Some(v) => Ok(serde_json::from_slice(v.value())?),
+            None => Err(MetaError::NoSuchTenant(format!("{id:016x}"))),
+        }
+    };
+    let user = |t: &redb::Table<(u64, &str), &[u8]>,
+                id: u64,
+                name: &str|
+     -> Result<UserRecord, MetaError> {
+        match t.get((id, name))? {
+            Some(v) => Ok(serde_json::from_slice(v.value())?),
+            None => Err(MetaError::NoSuchUser(name.to_string())),
+        }
+    };
+    match c {
+        IdentityChange::CreateTenant { id, record } => {
+            if *id == ROOT_TENANT || tenants.get(*id)?.is_some() {
+                return Err(MetaError::TenantExists(format!("{id:016x}")));
+            }
+            for e in tenants.iter()? {
+                let t: TenantRecord = serde_json::from_slice(e?.1.value())?;
+                if t.name == record.name {
+                    return Err(MetaError::TenantExists(record.name.clone()));
+                }
+            }
+            tenants.insert(*id, json(record)?.as_slice())?;
+        }
+        IdentityChange::SetTenantDisabled { id, disabled } => {
+            let mut t = tenant(&tenants, *id)?;
+            t.disabled = *disabled;
+            tenants.insert(*id, json(&t)?.as_slice())?;
+        }
+        IdentityChange::DeleteTenant { id } => {
+            tenant(&tenants, *id)?;
+            for e in buckets.iter()? {
+                let (k, v) = e?;
+                let b: crate::BucketRecord = serde_json::from_slice(v.value())?;
+                if b.tenant == *id {
+                    return Err(MetaError::TenantNotEmpty(
+                        bucket_name(k.value()).to_string(),
+                    ));
+                }
+            }
+            tenants.remove(*id)?;
+            let mut names = Vec::new();
+            for e in users.range((*id, "")..)? {
+                let (k, _) = e?;
+                let (t, n) = k.value();
+                if t != *id {
+                    break;
+                }
+                names.push(n.to_string());
+            }
+            for n in names {
+                users.remove((*id, n.as_str()))?;
+            }
+            remove_keys(&mut keys, |k| k.tenant == *id)?;
+        }
+        IdentityChange::CreateUser {
+            tenant: t,
+            name,
+            record,
+        } => {
+            tenant(&tenants, *t)?;
+            if users.get((*t, name.as_str()))?.is_some() {
+                return Err(MetaError::UserExists(name.clone()));
+            }
+            users.insert((*t, name.as_str()), json(record)?.as_slice())?;
+        }
+        IdentityChange::SetUserDisabled {
+            tenant: t,
+            name,
+            disabled,
+        } => {
+            let mut u = user(&users, *t, name)?;
+            u.disabled = *disabled;
+            users.insert((*t, name.as_str()), json(&u)?.as_slice())?;
+        }
+        IdentityChange::DeleteUser { tenant: t, name } => {
+            user(&users, *t, name)?;
+            users.remove((*t, name.as_str()))?;
+            remove_keys(&mut keys, |k| k.tenant == *t && k.user == *name)?;
+        }
+        IdentityChange::CreateKey { access_key, record } => {
+            user(&users, record.tenant, &record.user)?;
+            if keys.get(access_key.as_str())?.is_some() {
+                return Err(MetaError::KeyExists);
+            }
+            keys.insert(access_key.as_str(), json(record)?.as_slice())?;
+        }
+        IdentityChange::DeleteKey { access_key } => {
+            if keys.remove(access_key.as_str())?.is_none() {
+                return Err(MetaError::NoSuchAccessKey(access_key.clone()));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn remove_keys(
+    keys: &mut redb::Table<&str, &[u8]>,
+    doomed: impl Fn(&KeyRecord) -> bool,
+) -> Result<(), MetaError> {
+    let mut gone = Vec::new();
+    for e in keys.iter()? {
+        let (k, v) = e?;
+        let r: KeyRecord = serde_json::from_slice(v.value())?;
+        if doomed(&r) {
+            gone.push(k.value().to_string());
+        }
+    }
+    for k in gone {
+        keys.remove(k.as_str())?;
+    }
+    Ok(())
+}
+
+/// The identity tables as a snapshot carries them.
+#[derive(Default, Serialize, Deserialize)]
+pub(crate) struct IdentityDump {
+    tenants: Vec<(u64, Vec<u8>)>,
+    users: Vec<(u64, String, Vec<u8>)>,
+    keys: Vec<(String, Vec<u8>)>,
+}
+
+impl IdentityDump {
+    pub(crate) fn export(tx: &redb::ReadTransaction) -> Result<IdentityDump, MetaError> {
+        let mut d = IdentityDump::default();
+        for e in tx.open_table(TENANTS)?.iter()? {
+            let (k, v) = e?;
+            d.tenants.push((k.value(), v.value().to_vec()));
+        }
+        for e in tx.open_table(USERS)?.iter()? {
+            let (k, v) = e?;
+            let (t, n) = k.value();
+            d.users.push((t, n.to_string(), v.value().to_vec()));
+        }
+        for e in tx.open_table(KEYS)?.iter()? {
+            let (k, v) = e?;
+            d.keys.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(d)
+    }
+
+    /// Replaces the identity tables with this dump's, inside `tx`.
+    pub(crate) fn import(&self, tx: &redb::WriteTransaction) -> Result<(), MetaError> {
+        tx.delete_table(TENANTS)?;
+        tx.delete_table(USERS)?;
+        tx.delete_table(KEYS)?;
+        let mut t = tx.open_table(TENANTS)?;
+        for (k, v) in &self.tenants {
+            t.insert(*k, v.as_slice())?;
+        }
+        let mut t = tx.open_table(USERS)?;
+        for (id, n, v) in &self.users {
+            t.insert((*id, n.as_str()), v.as_slice())?;
+        }
+        let mut t = tx.open_table(KEYS)?;
+        for (k, v) in &self.keys {
+            t.insert(k.as_str(), v.as_slice())?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads of the identities (local: they are as current as this replica).
+impl MetaStore {
+    pub fn tenants(&self) -> Result<Vec<(u64, TenantRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for e in tx.open_table(TENANTS)?.iter()? {
+            let (k, v) = e?;
+            out.push((k.value(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    pub fn tenant(&self, id: u64) -> Result<Option<TenantRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TENANTS)?;
+        let v = t.get(id)?;
+        Ok(match v {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// The tenant named `name`, with its id.
+    pub fn tenant_named(&self, name: &str) -> Result<Option<(u64, TenantRecord)>, MetaError> {
+        Ok(self.tenants()?.into_iter().find(|(_, t)| t.name == name))
+    }
+
+    pub fn users(&self, tenant: u64) -> Result<Vec<(String, UserRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(USERS)?;
+        let mut out = Vec::new();
+        for e in t.range((tenant, "")..)? {
+            let (k, v) = e?;
+            let (id, name) = k.value();
+            if id != tenant {
+                break;
+            }
+            out.push((name.to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    pub fn user(&self, tenant: u64, name: &str) -> Result<Option<UserRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(USERS)?;
+        let v = t.get((tenant, name))?;
+        Ok(match v {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    pub fn access_key(&self, access_key: &str) -> Result<Option<KeyRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(KEYS)?;
+        let v = t.get(access_key)?;
+        Ok(match v {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Every access key of `tenant` (of one user when `user` is given).
+    pub fn access_keys(
+        &self,
+        tenant: u64,
+        user: Option<&str>,
+    ) -> Result<Vec<(String, KeyRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for e in tx.open_table(KEYS)?.iter()? {
+            let (k, v) = e?;
+            let r: KeyRecord = serde_json::from_slice(v.value())?;
+            if r.tenant == tenant && user.is_none_or(|u| u == r.user) {
+                out.push((k.value().to_string(), r));
+            }
+        }
+        Ok(out)
+    }
+}

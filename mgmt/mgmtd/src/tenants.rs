@@ -1,0 +1,359 @@
+//! The tenant routes (`/v1/tenants...`, `/v1/keys/...`), behind `nodectl tenant`,
+//! `nodectl user` and `nodectl key`: tenants, their users with roles, and the
+//! users' access keys. Every change goes through the metadata log, so it holds
+//! on every node once answered; reads follow a read barrier.
+
+use crate::admin::{App, Body};
+use crate::failure::Failure;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use cairn_adminapi::{
+    ErrorKind, KeyView, NewKey, NewTenant, NewUser, SetDisabled, TenantView, UserView,
+};
+use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Role, TenantRecord, UserRecord};
+use cairn_objects::ObjectStore;
+use rand::distr::{Alphanumeric, SampleString};
+use std::sync::Arc;
+
+/// Names of tenants and users: what S3 and the CLI can carry unquoted.
+fn check_name(what: &str, name: &str) -> Result<(), Failure> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b))
+        && name.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            ErrorKind::Invalid,
+            format!("invalid {what} name {name:?}: 1 to 64 letters, digits, '-', '_', '.', '@', starting with a letter or digit"),
+        ))
+    }
+}
+
+/// The store, made current (a read barrier), for a consistent read.
+async fn current(app: &App) -> Result<Arc<ObjectStore>, Failure> {
+    let store = app.store()?;
+    store.sync().await?;
+    Ok(store)
+}
+
+/// The tenant a path names: by name, else by hex id.
+fn find_tenant(meta: &MetaStore, named: &str) -> Result<(u64, TenantRecord), Failure> {
+    if let Some(t) = meta.tenant_named(named)? {
+        return Ok(t);
+    }
+    if let Ok(id) = u64::from_str_radix(named, 16) {
+        if let Some(t) = meta.tenant(id)? {
+            return Ok((id, t));
+        }
+    }
+    Err(Failure::new(
+        ErrorKind::NotFound,
+        format!("no such tenant: {named}"),
+    ))
+}
+
+fn tenant_view(meta: &MetaStore, id: u64, t: TenantRecord) -> Result<TenantView, Failure> {
+    let buckets = meta
+        .buckets()?
+        .iter()
+        .filter(|(_, b)| b.tenant == id)
+        .count();
+    Ok(TenantView {
+        id: format!("{id:016x}"),
+        name: t.name,
+        created_ms: t.created_ms,
+        disabled: t.disabled,
+        users: meta.users(id)?.len(),
+        keys: meta.access_keys(id, None)?.len(),
+        buckets,
+    })
+}
+
+fn user_view(
+    meta: &MetaStore,
+    tenant: u64,
+    name: &str,
+    u: UserRecord,
+) -> Result<UserView, Failure> {
+    Ok(UserView {
+        name: name.to_string(),
+        role: u.role.as_str().to_string(),
+        created_ms: u.created_ms,
+        disabled: u.disabled,
+        keys: meta.access_keys(tenant, Some(name))?.len(),
+    })
+}
+
+/// `GET /v1/tenants`.
+pub(crate) async fn list(
+    State(app): State<App>,
+    headers: HeaderMap,
+) -> Result<Json<Vec<TenantView>>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let meta = store.meta();
+    let mut out = Vec::new();
+    for (id, t) in meta.tenants()? {
+        out.push(tenant_view(meta, id, t)?);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Json(out))
+}
+
+/// `POST /v1/tenants`.
+pub(crate) async fn create(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Body<NewTenant>,
+) -> Result<Json<TenantView>, Failure> {
+    app.check(&headers)?;
+    let Json(req) = body?;
+    check_name("tenant", &req.name)?;
+    let store = app.store()?;
+    // Random, so that ids never repeat after a delete (an old key or bucket
+    // record can never name a new tenant); 0 and the root's are reserved.
+    let id = loop {
+        let id = rand::random::<u64>();
+        if id > cairn_meta::ROOT_TENANT {
+            break id;
+        }
+    };
+    let record = TenantRecord {
+        name: req.name,
+        created_ms: cairn_meta::now_ms(),
+        disabled: false,
+    };
+    store
+        .change_identity(IdentityChange::CreateTenant {
+            id,
+            record: record.clone(),
+        })
+        .await?;
+    Ok(Json(tenant_view(store.meta(), id, record)?))
+}
+
+/// `GET /v1/tenants/{tenant}`.
+pub(crate) async fn show(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+) -> Result<Json<TenantView>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let (id, t) = find_tenant(store.meta(), &named)?;
+    Ok(Json(tenant_view(store.meta(), id, t)?))
+}
+
+/// `PATCH /v1/tenants/{tenant}`: enable or disable.
+pub(crate) async fn set_disabled(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+    body: Body<SetDisabled>,
+) -> Result<Json<TenantView>, Failure> {
+    app.check(&headers)?;
+    let Json(req) = body?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::SetTenantDisabled {
+            id,
+            disabled: req.disabled,
+        })
+        .await?;
+    let (id, t) = find_tenant(store.meta(), &named)?;
+    Ok(Json(tenant_view(store.meta(), id, t)?))
+}
+
+/// `DELETE /v1/tenants/{tenant}`.
+pub(crate) async fn delete(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+) -> Result<Json<bool>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::DeleteTenant { id })
+        .await?;
+    Ok(Json(true))
+}
+
+/// `GET /v1/tenants/{tenant}/users`.
+pub(crate) async fn users(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+) -> Result<Json<Vec<UserView>>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let meta = store.meta();
+    let (id, _) = find_tenant(meta, &named)?;
+    let mut out = Vec::new();
+    for (name, u) in meta.users(id)? {
+        out.push(user_view(meta, id, &name, u)?);
+    }
+    Ok(Json(out))
+}
+
+/// `POST /v1/tenants/{tenant}/users`.
+pub(crate) async fn create_user(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+    body: Body<NewUser>,
+) -> Result<Json<UserView>, Failure> {
+    app.check(&headers)?;
+    let Json(req) = body?;
+    check_name("user", &req.name)?;
+    let role = Role::parse(&req.role).ok_or_else(|| {
+        Failure::new(
+            ErrorKind::Invalid,
+            format!(
+                "unknown role {:?}: admin, read-write or read-only",
+                req.role
+            ),
+        )
+    })?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    let record = UserRecord {
+        role,
+        created_ms: cairn_meta::now_ms(),
+        disabled: false,
+    };
+    store
+        .change_identity(IdentityChange::CreateUser {
+            tenant: id,
+            name: req.name.clone(),
+            record: record.clone(),
+        })
+        .await?;
+    Ok(Json(user_view(store.meta(), id, &req.name, record)?))
+}
+
+/// `PATCH /v1/tenants/{tenant}/users/{user}`: enable or disable.
+pub(crate) async fn set_user_disabled(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((named, user)): Path<(String, String)>,
+    body: Body<SetDisabled>,
+) -> Result<Json<UserView>, Failure> {
+    app.check(&headers)?;
+    let Json(req) = body?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::SetUserDisabled {
+            tenant: id,
+            name: user.clone(),
+            disabled: req.disabled,
+        })
+        .await?;
+    let u = store
+        .meta()
+        .user(id, &user)?
+        .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no such user: {user}")))?;
+    Ok(Json(user_view(store.meta(), id, &user, u)?))
+}
+
+/// `DELETE /v1/tenants/{tenant}/users/{user}`.
+pub(crate) async fn delete_user(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((named, user)): Path<(String, String)>,
+) -> Result<Json<bool>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::DeleteUser {
+            tenant: id,
+            name: user,
+        })
+        .await?;
+    Ok(Json(true))
+}
+
+/// `POST /v1/tenants/{tenant}/users/{user}/keys`: a new key pair; the secret is
+/// in this answer and nowhere else the API shows.
+pub(crate) async fn create_key(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((named, user)): Path<(String, String)>,
+) -> Result<Json<NewKey>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let (id, t) = find_tenant(store.meta(), &named)?;
+    // AWS's shapes: 20 upper-case characters, a 40-character secret.
+    let (access_key, secret_key) = {
+        let mut rng = rand::rng();
+        (
+            format!(
+                "CK{}",
+                Alphanumeric
+                    .sample_string(&mut rng, 18)
+                    .to_ascii_uppercase()
+            ),
+            Alphanumeric.sample_string(&mut rng, 40),
+        )
+    };
+    store
+        .change_identity(IdentityChange::CreateKey {
+            access_key: access_key.clone(),
+            record: KeyRecord {
+                tenant: id,
+                user: user.clone(),
+                secret: secret_key.clone(),
+                created_ms: cairn_meta::now_ms(),
+            },
+        })
+        .await?;
+    Ok(Json(NewKey {
+        access_key,
+        secret_key,
+        tenant: t.name,
+        user,
+    }))
+}
+
+/// `GET /v1/tenants/{tenant}/keys`.
+pub(crate) async fn keys(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+) -> Result<Json<Vec<KeyView>>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    let out = store
+        .meta()
+        .access_keys(id, None)?
+        .into_iter()
+        .map(|(access_key, k)| KeyView {
+            access_key,
+            user: k.user,
+            created_ms: k.created_ms,
+        })
+        .collect();
+    Ok(Json(out))
+}
+
+/// `DELETE /v1/keys/{access_key}`.
+pub(crate) async fn revoke_key(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(access_key): Path<String>,
+) -> Result<Json<bool>, Failure> {
+    app.check(&headers)?;
+    let store = app.store()?;
+    store
+        .change_identity(IdentityChange::DeleteKey { access_key })
+        .await?;
+    Ok(Json(true))
+}
