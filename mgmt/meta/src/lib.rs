@@ -167,6 +167,13 @@ pub struct Precondition {
     pub if_none_match_any: bool,
 }
 
+impl Precondition {
+    /// No condition at all.
+    pub fn is_none(&self) -> bool {
+        self.if_match.is_none() && !self.if_none_match_any
+    }
+}
+
 /// One change to the metadata.
 ///
 /// Applying a mutation is deterministic (it reads nothing but the database and its
@@ -193,6 +200,9 @@ pub enum Mutation {
     DeleteObject {
         bucket: String,
         key: String,
+        /// A conditional delete (`If-Match`); checked like a write's.
+        #[serde(default, skip_serializing_if = "Precondition::is_none")]
+        cond: Precondition,
     },
     CreateUpload {
         bucket: String,
@@ -774,8 +784,15 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 object: Some(record.clone()),
             })
         }
-        Mutation::DeleteObject { bucket, key } => {
+        Mutation::DeleteObject { bucket, key, cond } => {
             need_bucket(&buckets, bucket)?;
+            if !cond.is_none() {
+                let current = match objects.get((bucket.as_str(), key.as_str()))? {
+                    Some(v) => Some(serde_json::from_slice::<ObjectRecord>(v.value())?),
+                    None => None,
+                };
+                check(cond, current.as_ref(), key)?;
+            }
             let old = objects.remove((bucket.as_str(), key.as_str()))?;
             let freed = match old {
                 Some(v) => serde_json::from_slice::<ObjectRecord>(v.value())?.extents,
@@ -1005,6 +1022,7 @@ fn assemble(
 ) -> Result<ObjectRecord, MetaError> {
     let mut md5 = Md5::new();
     let mut extents = Vec::with_capacity(chosen.len());
+    let mut part_checksums = Vec::with_capacity(chosen.len());
     let mut size = 0u64;
     if chosen.windows(2).any(|w| w[1].0 <= w[0].0) {
         return Err(MetaError::InvalidPartOrder);
@@ -1027,6 +1045,7 @@ fn assemble(
         md5.update(&raw);
         size += part.extent.size;
         extents.push(part.extent.clone());
+        part_checksums.push(part.checksum.clone());
     }
     if chosen.is_empty() {
         return Err(MetaError::InvalidPart(0));
@@ -1040,6 +1059,11 @@ fn assemble(
         headers: upload.headers.clone(),
         checksum: None,
         extents,
+        // Kept only when every part has one: a partial list would misnumber them.
+        part_checksums: part_checksums
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default(),
     })
 }
 

@@ -46,6 +46,10 @@ pub struct ObjectRecord {
     pub checksum: Option<Checksum>,
     /// The bytes, in order: one extent for a simple PUT, one per part for multipart.
     pub extents: Vec<Extent>,
+    /// A multipart object's part checksums, in part order, when every part had
+    /// one (served with `?partNumber=N` and by GetObjectAttributes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub part_checksums: Vec<Checksum>,
 }
 
 /// An S3 checksum algorithm (`x-amz-checksum-*`).

@@ -17,6 +17,7 @@ fn obj(etag: &str, size: u64) -> ObjectRecord {
                 sum: None,
             },
         }],
+        part_checksums: Vec::new(),
     }
 }
 
@@ -107,6 +108,7 @@ async fn bucket_lifecycle_and_conditions() {
     s.apply(Mutation::DeleteObject {
         bucket: "b".into(),
         key: "k".into(),
+        cond: Default::default(),
     })
     .await
     .unwrap();
@@ -338,6 +340,7 @@ async fn the_request_window_survives_a_snapshot() {
     t.apply(Mutation::DeleteObject {
         bucket: "b".into(),
         key: "k".into(),
+        cond: Default::default(),
     })
     .await
     .unwrap();

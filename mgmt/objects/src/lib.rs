@@ -617,6 +617,7 @@ impl ObjectStore {
             headers: attrs.headers,
             checksum: attrs.checksum.get().cloned(),
             extents: vec![written.extent],
+            part_checksums: Vec::new(),
         };
         self.commit_object(tenant, bucket, key, record, cond, written.written_in)
             .await
@@ -661,11 +662,14 @@ impl ObjectStore {
             .ok_or_else(|| MetaError::NoSuchKey(key.to_string()).into())
     }
 
+    /// Deletes `bucket/key` if `cond` holds (deleting a missing key succeeds,
+    /// unconditionally).
     pub async fn delete_object(
         &self,
         tenant: u64,
         bucket: &str,
         key: &str,
+        cond: Precondition,
     ) -> Result<(), ObjectError> {
         let (bucket, _) = &self.resolve(tenant, bucket).await?;
         self.commit(
@@ -673,6 +677,7 @@ impl ObjectStore {
             Mutation::DeleteObject {
                 bucket: bucket.to_string(),
                 key: key.to_string(),
+                cond,
             },
             Vec::new(),
         )

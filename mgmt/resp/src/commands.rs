@@ -215,7 +215,7 @@ impl Session {
                     let Some(rec) = rec else { continue };
                     match self
                         .store
-                        .delete_object(tenant, &bucket, &encode_key(k))
+                        .delete_object(tenant, &bucket, &encode_key(k), Precondition::default())
                         .await
                     {
                         Ok(()) => n += i64::from(expiry(&rec).is_none_or(|at| at > now())),

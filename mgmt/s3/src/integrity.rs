@@ -220,19 +220,30 @@ impl Expectations {
             }
             _ => None,
         };
-        if checksum.is_none() {
-            if let Some(a) = headers.get("x-amz-sdk-checksum-algorithm") {
-                let a = a.to_str().unwrap_or("");
-                if algorithm(a).is_none() {
+        if let Some(named) = headers.get("x-amz-sdk-checksum-algorithm") {
+            let named = algorithm(named.to_str().unwrap_or("")).ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "Checksum algorithm provided is unsupported."
+                )
+            })?;
+            match &checksum {
+                None => {
                     return Err(s3_error!(
                         InvalidRequest,
-                        "Checksum algorithm provided is unsupported."
-                    ));
+                        "x-amz-sdk-checksum-algorithm specified, but no corresponding x-amz-checksum-* or x-amz-trailer headers were found."
+                    ))
                 }
-                return Err(s3_error!(
-                    InvalidRequest,
-                    "x-amz-sdk-checksum-algorithm specified, but no corresponding x-amz-checksum-* or x-amz-trailer headers were found."
-                ));
+                // The algorithm named must be the one whose checksum was sent.
+                Some((a, _)) if *a != named => {
+                    return Err(s3_error!(
+                        InvalidRequest,
+                        "Value for x-amz-sdk-checksum-algorithm header is invalid: it names {} but the checksum sent is {}",
+                        name(named),
+                        name(*a)
+                    ))
+                }
+                Some(_) => {}
             }
         }
         Ok(Expectations { md5, checksum })
@@ -496,6 +507,13 @@ mod tests {
         assert!(
             Expectations::of(&h, None, None).is_err(),
             "an algorithm with no value"
+        );
+        h.insert("x-amz-checksum-crc32", "AAAAAA==".parse().unwrap());
+        assert!(Expectations::of(&h, None, None).is_ok(), "the same algorithm");
+        h.insert("x-amz-sdk-checksum-algorithm", "SHA256".parse().unwrap());
+        assert!(
+            Expectations::of(&h, None, None).is_err(),
+            "an algorithm other than the checksum's"
         );
         let mut h = HeaderMap::new();
         h.insert("x-amz-trailer", "x-amz-checksum-md4".parse().unwrap());

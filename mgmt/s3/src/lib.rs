@@ -99,6 +99,7 @@ async fn guarded(
     svc: s3s::service::S3Service,
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    let is_head = req.method() == http::Method::HEAD;
     let mut resp = match refused(&req) {
         Some(resp) => resp,
         None => match sized(req.map(guard::GuardedBody::new)).await {
@@ -106,6 +107,14 @@ async fn guarded(
             Err(resp) => resp,
         },
     };
+    // A HEAD of one part (`?partNumber=N`) is answered as its GET is, 206 with
+    // the part's Content-Range; s3s sends every HEAD as 200.
+    if is_head
+        && resp.status() == http::StatusCode::OK
+        && resp.headers().contains_key(http::header::CONTENT_RANGE)
+    {
+        *resp.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
     let (id, id2) = request_ids(resp.headers_mut());
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
     if resp.status().as_u16() >= 400 {

@@ -115,6 +115,7 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
+    super::common::current_version(req.input.version_id.as_deref())?;
     s3.store
         .head_object(tenant, &req.input.bucket, &req.input.key)
         .await
@@ -131,6 +132,7 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
+    super::common::current_version(req.input.version_id.as_deref())?;
     s3.store
         .head_object(tenant, &req.input.bucket, &req.input.key)
         .await

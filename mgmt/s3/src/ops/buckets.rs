@@ -20,7 +20,9 @@ pub(super) async fn create_bucket(
         .as_ref()
         .and_then(|c| c.location_constraint.as_ref())
         .map(|l| l.as_str().to_string())
-        .filter(|l| !l.is_empty());
+        // us-east-1 is the default region, kept as no constraint (AWS refuses
+        // it spelt out; S3-compatible tools send it, so it is taken).
+        .filter(|l| !l.is_empty() && l != "us-east-1");
     if let Some(l) = &location {
         // Any region name is taken (Cairn is one region, named as the client
         // likes), but it must look like one: it is echoed in headers.

@@ -57,6 +57,17 @@ pub(super) fn precondition(
     })
 }
 
+/// Cairn keeps one version of each object (no versioning yet): it is S3's `null`
+/// version, and any other version id names nothing. Refused rather than ignored,
+/// so that a request for (or a delete of) one version never reaches the current
+/// object.
+pub(super) fn current_version(v: Option<&str>) -> S3Result<()> {
+    match v {
+        None | Some("null") => Ok(()),
+        Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
+    }
+}
+
 /// S3's rules for GET/HEAD conditions: If-Match beats If-Unmodified-Since, and
 /// If-None-Match beats If-Modified-Since.
 pub(super) fn check_read_conditions(
@@ -118,11 +129,24 @@ const KEPT_HEADERS: [&str; 5] = [
     "expires",
 ];
 
+/// S3's limit on user metadata: the UTF-8 bytes of every name and value, summed.
+const MAX_USER_METADATA: usize = 2048;
+
 pub(super) fn attrs(
     headers: &http::HeaderMap,
     content_type: Option<String>,
     metadata: Option<Metadata>,
-) -> ObjectAttrs {
+) -> S3Result<ObjectAttrs> {
+    let user_meta: BTreeMap<String, String> = metadata
+        .map(|m| m.into_iter().collect())
+        .unwrap_or_default();
+    let size: usize = user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_USER_METADATA {
+        return Err(s3_error!(
+            MetadataTooLarge,
+            "Your metadata headers exceed the maximum allowed metadata size: {size} bytes of {MAX_USER_METADATA}"
+        ));
+    }
     let mut kept = BTreeMap::new();
     for name in KEPT_HEADERS {
         let Some(v) = headers.get(name).and_then(|v| v.to_str().ok()) else {
@@ -143,14 +167,12 @@ pub(super) fn attrs(
             kept.insert(name.to_string(), v);
         }
     }
-    ObjectAttrs {
+    Ok(ObjectAttrs {
         content_type,
-        user_meta: metadata
-            .map(|m| m.into_iter().collect::<BTreeMap<_, _>>())
-            .unwrap_or_default(),
+        user_meta,
         headers: kept,
         checksum: Default::default(),
-    }
+    })
 }
 
 /// Serves the object's kept headers with `resp`.
@@ -201,14 +223,24 @@ pub(super) fn user_meta(rec: &ObjectRecord) -> Option<Metadata> {
     }
 }
 
+/// S3's naming rules for general-purpose buckets: 3 to 63 lowercase letters,
+/// digits, `.` and `-`; every dot-separated label starts and ends with a letter
+/// or digit; not an IPv4 address; none of the prefixes and suffixes AWS reserves.
 pub(super) fn check_bucket_name(name: &str) -> S3Result<()> {
+    const RESERVED_PREFIXES: [&str; 3] = ["xn--", "sthree-", "amzn-s3-demo-"];
+    const RESERVED_SUFFIXES: [&str; 5] = ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"];
     let ok = (3..=63).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
-        && !name.contains("..");
+        && name.split('.').all(|label| {
+            let (first, last) = (label.bytes().next(), label.bytes().last());
+            first.is_some_and(|b| b.is_ascii_alphanumeric())
+                && last.is_some_and(|b| b.is_ascii_alphanumeric())
+        })
+        && name.parse::<std::net::Ipv4Addr>().is_err()
+        && !RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
+        && !RESERVED_SUFFIXES.iter().any(|s| name.ends_with(s));
     if ok {
         Ok(())
     } else {

@@ -19,7 +19,12 @@ pub(super) async fn list_objects_v2(
     input.delimiter = input.delimiter.filter(|d| !d.is_empty());
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
-    let after = match (&input.continuation_token, &input.start_after) {
+    // An empty continuation token is no token (and is echoed back), as in S3.
+    let token = input
+        .continuation_token
+        .as_deref()
+        .filter(|t| !t.is_empty());
+    let after = match (token, &input.start_after) {
         (Some(t), _) => Some(decode_token(t)?),
         (None, Some(s)) if !s.is_empty() => Some(After::Key(s.clone())),
         _ => None,

@@ -4,6 +4,7 @@
 //! `common` shares.
 
 mod access;
+mod attributes;
 mod buckets;
 mod common;
 mod listing;
@@ -117,6 +118,13 @@ impl S3 for CairnS3 {
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         objects::delete_objects(self, req).await
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        attributes::get_object_attributes(self, req).await
     }
 
     async fn copy_object(

@@ -33,7 +33,7 @@ pub(super) async fn create_multipart_upload(
             tenant,
             &input.bucket,
             &input.key,
-            attrs(&req.headers, input.content_type, input.metadata),
+            attrs(&req.headers, input.content_type, input.metadata)?,
             algorithm,
             full_object,
         )

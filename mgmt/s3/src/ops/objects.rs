@@ -32,7 +32,7 @@ pub(super) async fn put_object(
         req.trailing_headers,
     )?;
     let (body, verdict) = Verified::new(body, expect);
-    let mut attrs = attrs(&req.headers, input.content_type, input.metadata);
+    let mut attrs = attrs(&req.headers, input.content_type, input.metadata)?;
     attrs.checksum = verdict.slot.clone();
     let rec = s3
         .store
@@ -62,6 +62,7 @@ pub(super) async fn get_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
+    current_version(input.version_id.as_deref())?;
     let rec = head_if(
         s3,
         tenant,
@@ -88,9 +89,14 @@ pub(super) async fn get_object(
         }
         (None, None) => (0, rec.size, None),
         (Some(r), None) => {
-            let rr = r.check(rec.size).map_err(|_| {
-                s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size)
-            })?;
+            // An empty object has no satisfiable range (RFC 9110), suffix or not.
+            let rr = r
+                .check(rec.size)
+                .ok()
+                .filter(|rr| rr.start < rr.end)
+                .ok_or_else(|| {
+                    s3_error!(InvalidRange, "range not satisfiable for {} bytes", rec.size)
+                })?;
             let cr = format!("bytes {}-{}/{}", rr.start, rr.end - 1, rec.size);
             (rr.start, rr.end, Some(cr))
         }
@@ -119,9 +125,14 @@ pub(super) async fn get_object(
         metadata: user_meta(&rec),
         ..Default::default()
     };
-    // A checksum covers the whole object: S3 sends none with a range.
-    if whole && wants_checksum(&input.checksum_mode) {
-        set_checksum!(out, rec.checksum.as_ref(), typed);
+    // A checksum covers the whole object (S3 sends none with a range), or one
+    // part, read with `?partNumber=N`.
+    if wants_checksum(&input.checksum_mode) {
+        if whole {
+            set_checksum!(out, rec.checksum.as_ref(), typed);
+        } else if let Some(n) = input.part_number {
+            set_checksum!(out, part_checksum(&rec, n));
+        }
     }
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
@@ -148,6 +159,7 @@ pub(super) async fn head_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
+    current_version(input.version_id.as_deref())?;
     let rec = head_if(
         s3,
         tenant,
@@ -157,16 +169,21 @@ pub(super) async fn head_object(
     )
     .await?;
     let parts = parts_of(&rec);
-    let length = match input.part_number {
+    // A part is answered as GET answers it: 206 with its Content-Range.
+    let (length, content_range) = match input.part_number {
         Some(n) => {
             let (a, b) = part_span(&parts, n)?;
-            b - a
+            (
+                b - a,
+                Some(format!("bytes {a}-{}/{}", b.max(1) - 1, rec.size)),
+            )
         }
-        None => rec.size,
+        None => (rec.size, None),
     };
     let mut out = HeadObjectOutput {
         parts_count: input.part_number.map(|_| parts.len() as i32),
         content_length: Some(length as i64),
+        content_range,
         accept_ranges: Some("bytes".into()),
         e_tag: Some(etag(&rec)),
         last_modified: Some(timestamp(rec.modified_ms)),
@@ -174,10 +191,18 @@ pub(super) async fn head_object(
         metadata: user_meta(&rec),
         ..Default::default()
     };
-    // As on GET: a checksum covers the whole object, not a part.
-    if input.part_number.is_none() && wants_checksum(&input.checksum_mode) {
-        set_checksum!(out, rec.checksum.as_ref(), typed);
+    // As on GET: the whole object's checksum, or the part's.
+    if wants_checksum(&input.checksum_mode) {
+        match input.part_number {
+            None => {
+                set_checksum!(out, rec.checksum.as_ref(), typed);
+            }
+            Some(n) => {
+                set_checksum!(out, part_checksum(&rec, n));
+            }
+        }
     }
+    // (206 is set by the server: s3s answers every HEAD 200.)
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
     Ok(resp)
@@ -188,8 +213,17 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    current_version(input.version_id.as_deref())?;
+    if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
+        return Err(s3_error!(
+            NotImplemented,
+            "x-amz-if-match-last-modified-time and x-amz-if-match-size are not implemented; use If-Match"
+        ));
+    }
+    let cond = precondition(input.if_match, None)?;
     s3.store
-        .delete_object(tenant, &req.input.bucket, &req.input.key)
+        .delete_object(tenant, &input.bucket, &input.key, cond)
         .await
         .map_err(to_s3)?;
     Ok(S3Response::new(DeleteObjectOutput::default()))
@@ -212,7 +246,24 @@ pub(super) async fn delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for o in input.delete.objects {
-        match s3.store.delete_object(tenant, &input.bucket, &o.key).await {
+        let done = match (current_version(o.version_id.as_deref()), &o) {
+            (Err(e), _) => Err(e),
+            (Ok(()), o) if o.last_modified_time.is_some() || o.size.is_some() => Err(s3_error!(
+                NotImplemented,
+                "LastModifiedTime and Size conditions are not implemented; use ETag"
+            )),
+            (Ok(()), o) => {
+                let cond = Precondition {
+                    if_match: o.e_tag.as_ref().map(|e| e.value().to_string()),
+                    ..Default::default()
+                };
+                s3.store
+                    .delete_object(tenant, &input.bucket, &o.key, cond)
+                    .await
+                    .map_err(to_s3)
+            }
+        };
+        match done {
             Ok(()) => {
                 if !quiet {
                     deleted.push(DeletedObject {
@@ -222,7 +273,6 @@ pub(super) async fn delete_objects(
                 }
             }
             Err(e) => {
-                let e = to_s3(e);
                 errors.push(Error {
                     key: Some(o.key),
                     code: Some(e.code().as_str().to_string()),
@@ -245,12 +295,23 @@ pub(super) async fn delete_objects(
 
 /// The sizes of an object's parts: one per extent of a multipart object (its
 /// ETag ends in `-N`), the whole object otherwise.
-fn parts_of(rec: &cairn_meta::ObjectRecord) -> Vec<u64> {
+pub(super) fn parts_of(rec: &cairn_meta::ObjectRecord) -> Vec<u64> {
     if rec.etag.contains('-') {
         rec.extents.iter().map(|e| e.size).collect()
     } else {
         vec![rec.size]
     }
+}
+
+/// Part `n`'s checksum, kept when the multipart object was completed.
+pub(super) fn part_checksum(
+    rec: &cairn_meta::ObjectRecord,
+    n: i32,
+) -> Option<&cairn_meta::Checksum> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| rec.part_checksums.get(i))
 }
 
 /// Part `n`'s bytes (`?partNumber=n`), as a half-open range.
@@ -284,7 +345,14 @@ pub(super) async fn copy_source(
     [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
 ) -> S3Result<(String, String, cairn_meta::ObjectRecord)> {
     let (bucket, key) = match source {
-        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => {
+            current_version(version_id.as_deref())?;
+            (bucket.to_string(), key.to_string())
+        }
         _ => return Err(s3_error!(NotImplemented, "access-point copy sources")),
     };
     let src = head_if(
@@ -308,7 +376,7 @@ pub(super) async fn copy_source(
 /// The object's manifest, if a read's conditions hold (S3's rules: a failed
 /// If-Match or If-Unmodified-Since is 412, a matched If-None-Match or an
 /// unmodified If-Modified-Since is 304).
-async fn head_if(
+pub(super) async fn head_if(
     s3: &CairnS3,
     tenant: u64,
     (bucket, key): (&str, &str),
@@ -363,7 +431,7 @@ pub(super) async fn copy_object(
         ));
     }
     let mut attrs = if replace {
-        attrs(&req.headers, input.content_type, input.metadata)
+        attrs(&req.headers, input.content_type, input.metadata)?
     } else {
         ObjectAttrs {
             content_type: src.content_type.clone(),
