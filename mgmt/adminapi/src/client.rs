@@ -2,9 +2,9 @@
 //! [`AdminError`] that says what kind of failure it was.
 
 use crate::{
-    routes, ClusterStatus, ErrorBody, ErrorKind, GcRunQuery, GcStatus, InitRequest, JoinRequest,
-    KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest, NodeStatus, ScrubStatus,
-    SetDisabled, TenantView, TokenReply, UserView,
+    routes, BucketView, ClusterStatus, ErrorBody, ErrorKind, GcRunQuery, GcStatus, InitRequest,
+    JoinRequest, KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest, NodeStatus,
+    QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -376,6 +376,29 @@ impl AdminClient {
         let route = routes::fill(routes::KEY, &[access_key]);
         let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
         Ok(())
+    }
+
+    /// `PUT /v1/tenants/{tenant}/quota`.
+    pub async fn tenant_quota(&self, tenant: &str, q: QuotaSpec) -> Result<TenantView, AdminError> {
+        let route = routes::fill(routes::TENANT_QUOTA, &[tenant]);
+        self.call(Method::PUT, &route, |r| r.json(&q)).await
+    }
+
+    /// `GET /v1/tenants/{tenant}/buckets`.
+    pub async fn tenant_buckets(&self, tenant: &str) -> Result<Vec<BucketView>, AdminError> {
+        let route = routes::fill(routes::BUCKETS, &[tenant]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `PUT /v1/tenants/{tenant}/buckets/{bucket}/quota`.
+    pub async fn bucket_quota(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        q: QuotaSpec,
+    ) -> Result<BucketView, AdminError> {
+        let route = routes::fill(routes::BUCKET_QUOTA, &[tenant, bucket]);
+        self.call(Method::PUT, &route, |r| r.json(&q)).await
     }
 
     async fn call<T: DeserializeOwned>(

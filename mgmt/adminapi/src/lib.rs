@@ -33,7 +33,9 @@ pub use gc::{GcRound, GcRunQuery, GcStatus};
 pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
-pub use tenants::{KeyView, NewKey, NewTenant, NewUser, SetDisabled, TenantView, UserView};
+pub use tenants::{
+    BucketView, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled, TenantView, UserView,
+};
 
 #[cfg(feature = "client")]
 pub use client::{AdminClient, AdminError};
@@ -95,6 +97,14 @@ pub mod routes {
     pub const KEYS: &str = "/v1/tenants/{tenant}/keys";
     /// `DELETE` → `true`: the key is revoked at once on every node.
     pub const KEY: &str = "/v1/keys/{access_key}";
+    /// `PUT` [`QuotaSpec`](crate::QuotaSpec) → [`TenantView`](crate::TenantView):
+    /// what all the tenant's buckets may hold (nulls lift the limits).
+    pub const TENANT_QUOTA: &str = "/v1/tenants/{tenant}/quota";
+    /// `GET` → `Vec<`[`BucketView`](crate::BucketView)`>`: the tenant's buckets
+    /// with their usage and quotas.
+    pub const BUCKETS: &str = "/v1/tenants/{tenant}/buckets";
+    /// `PUT` [`QuotaSpec`](crate::QuotaSpec) → [`BucketView`](crate::BucketView).
+    pub const BUCKET_QUOTA: &str = "/v1/tenants/{tenant}/buckets/{bucket}/quota";
 
     /// `path` with its `{name}` placeholders filled, in order.
     pub fn fill(path: &str, values: &[&str]) -> String {

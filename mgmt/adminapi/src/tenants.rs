@@ -22,6 +22,30 @@ pub struct TenantView {
     pub users: usize,
     pub keys: usize,
     pub buckets: usize,
+    /// What the tenant's buckets hold (completed objects).
+    pub bytes: u64,
+    pub objects: u64,
+    pub quota: QuotaSpec,
+}
+
+/// A quota: the most bytes and objects; none is no limit. The body of the
+/// quota routes (`PUT`), and how views show one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaSpec {
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    #[serde(default)]
+    pub max_objects: Option<u64>,
+}
+
+/// A tenant's bucket as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BucketView {
+    pub name: String,
+    pub created_ms: i64,
+    pub bytes: u64,
+    pub objects: u64,
+    pub quota: QuotaSpec,
 }
 
 /// `POST /v1/tenants/{tenant}/users`.

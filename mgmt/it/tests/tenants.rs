@@ -317,3 +317,182 @@ async fn tenants_are_sealed_from_each_other() {
     let tenants = nodectl_json(&node, &["tenant", "list"]);
     assert_eq!(tenants.as_array().unwrap().len(), 1);
 }
+
+fn quota_refused<T, E: ProvideErrorMetadata + std::fmt::Debug>(r: Result<T, SdkError<E>>) {
+    match r {
+        Ok(_) => panic!("a write past the quota was accepted"),
+        Err(e) => {
+            assert_eq!(e.code(), Some("QuotaExceeded"), "{e:?}");
+            assert_eq!(e.raw_response().map(|r| r.status().as_u16()), Some(403));
+        }
+    }
+}
+
+#[tokio::test]
+async fn quotas_bound_what_tenants_and_buckets_hold() {
+    const MIB: usize = 1 << 20;
+    let mut node = Node::start(NodeOptions::default());
+    nodectl_json(&node, &["tenant", "create", "acme"]);
+    nodectl_json(&node, &["user", "create", "acme", "alice"]);
+    let (c, _) = key_client(&node, "acme", "alice");
+    for b in ["quota-one", "quota-two", "race"] {
+        c.create_bucket().bucket(b).send().await.unwrap();
+    }
+    let (ok, _, err) = nodectl(&node, &["tenant", "quota", "acme", "--max-bytes", "3M"]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = nodectl(
+        &node,
+        &["tenant", "bucket-quota", "acme", "quota-one", "--max-objects", "2"],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = nodectl(&node, &["tenant", "quota", "acme", "--max-bytes", "lots"]);
+    assert!(!ok && err.contains("not a size"), "{err}");
+    let mib = vec![7u8; MIB];
+    put(&c, "quota-one", "a", &mib).await;
+    put(&c, "quota-one", "b", &mib).await;
+    // The bucket's object quota: a third object refused, an overwrite taken.
+    quota_refused(
+        c.put_object()
+            .bucket("quota-one")
+            .key("c")
+            .body(ByteStream::from(vec![1u8; 10]))
+            .send()
+            .await,
+    );
+    assert!(c.head_object().bucket("quota-one").key("c").send().await.is_err());
+    put(&c, "quota-one", "a", &mib).await;
+    // The tenant's byte quota, across buckets: 3 MiB in all.
+    put(&c, "quota-two", "x", &mib).await;
+    quota_refused(
+        c.put_object()
+            .bucket("quota-two")
+            .key("y")
+            .body(ByteStream::from(vec![1u8; 1]))
+            .send()
+            .await,
+    );
+    quota_refused(
+        c.copy_object()
+            .bucket("quota-two")
+            .key("copy")
+            .copy_source("quota-one/a")
+            .send()
+            .await,
+    );
+    let up = c
+        .create_multipart_upload()
+        .bucket("quota-two")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    let part = c
+        .upload_part()
+        .bucket("quota-two")
+        .key("mp")
+        .upload_id(up.upload_id().unwrap())
+        .part_number(1)
+        .body(ByteStream::from(vec![2u8; 100]))
+        .send()
+        .await
+        .unwrap();
+    quota_refused(
+        c.complete_multipart_upload()
+            .bucket("quota-two")
+            .key("mp")
+            .upload_id(up.upload_id().unwrap())
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .parts(
+                        aws_sdk_s3::types::CompletedPart::builder()
+                            .part_number(1)
+                            .e_tag(part.e_tag().unwrap())
+                            .build(),
+                    )
+                    .build(),
+            )
+            .send()
+            .await,
+    );
+    // Room made, room used.
+    c.delete_object()
+        .bucket("quota-two")
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    put(&c, "quota-two", "y", b"small").await;
+
+    // Racing writes never pass the quota together: 12 PUTs at once into a bucket
+    // that takes 5 objects.
+    let (ok, _, err) = nodectl(&node, &["tenant", "quota", "acme", "--max-bytes", "none"]);
+    assert!(ok, "{err}");
+    nodectl(
+        &node,
+        &[
+            "tenant",
+            "bucket-quota",
+            "acme",
+            "race",
+            "--max-objects",
+            "5",
+        ],
+    );
+    let racers: Vec<_> = (0..12)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                c.put_object()
+                    .bucket("race")
+                    .key(format!("r{i}"))
+                    .body(ByteStream::from(vec![i as u8; 1000]))
+                    .send()
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    let mut accepted = 0;
+    for r in racers {
+        accepted += usize::from(r.await.unwrap());
+    }
+    let listed = c.list_objects_v2().bucket("race").send().await.unwrap();
+    assert_eq!(accepted, 5);
+    assert_eq!(listed.key_count(), Some(5));
+
+    // Usage is exact, per bucket and per tenant, and after a restart.
+    let want = |v: &serde_json::Value| {
+        let b: std::collections::BTreeMap<String, (u64, u64)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["name"].as_str().unwrap().to_string(),
+                    (b["bytes"].as_u64().unwrap(), b["objects"].as_u64().unwrap()),
+                )
+            })
+            .collect();
+        b
+    };
+    let expected: std::collections::BTreeMap<String, (u64, u64)> = [
+        ("quota-one".to_string(), (2 * MIB as u64, 2)),
+        ("quota-two".to_string(), (5, 1)),
+        ("race".to_string(), (5000, 5)),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        want(&nodectl_json(&node, &["tenant", "buckets", "acme"])),
+        expected
+    );
+    node.restart();
+    assert_eq!(
+        want(&nodectl_json(&node, &["tenant", "buckets", "acme"])),
+        expected
+    );
+    let t = nodectl_json(&node, &["tenant", "show", "acme"]);
+    assert_eq!(t["tenant"]["bytes"], 2 * MIB as u64 + 5005);
+    assert_eq!(t["tenant"]["objects"], 8);
+    assert_eq!(t["tenant"]["quota"]["max_bytes"], serde_json::Value::Null);
+}

@@ -68,6 +68,9 @@ pub struct TenantRecord {
     /// A disabled tenant's keys are refused (its data stays).
     #[serde(default)]
     pub disabled: bool,
+    /// What all the tenant's buckets together may hold.
+    #[serde(default, skip_serializing_if = "crate::Quota::is_none")]
+    pub quota: crate::Quota,
 }
 
 /// A user of a tenant.
@@ -107,6 +110,11 @@ pub enum IdentityChange {
     CreateTenant {
         id: u64,
         record: TenantRecord,
+    },
+    /// Sets (or with an empty quota, lifts) a tenant's quota.
+    SetTenantQuota {
+        id: u64,
+        quota: crate::Quota,
     },
     /// Enables or disables a tenant.
     SetTenantDisabled {
@@ -185,6 +193,11 @@ pub(crate) fn apply(
         IdentityChange::SetTenantDisabled { id, disabled } => {
             let mut t = tenant(&tenants, *id)?;
             t.disabled = *disabled;
+            tenants.insert(*id, json(&t)?.as_slice())?;
+        }
+        IdentityChange::SetTenantQuota { id, quota } => {
+            let mut t = tenant(&tenants, *id)?;
+            t.quota = *quota;
             tenants.insert(*id, json(&t)?.as_slice())?;
         }
         IdentityChange::DeleteTenant { id } => {

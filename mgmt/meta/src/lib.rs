@@ -20,6 +20,7 @@ mod identity;
 mod list;
 mod once;
 mod records;
+mod usage;
 
 pub use gc::GcEpoch;
 pub use identity::{
@@ -28,6 +29,7 @@ pub use identity::{
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
+pub use usage::{Quota, Usage};
 
 use md5::{Digest, Md5};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -106,6 +108,9 @@ pub enum MetaError {
     NoSuchAccessKey(String),
     #[error("the access key already exists")]
     KeyExists,
+    /// The change would take a bucket or tenant past its quota.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
 }
 
 /// Where mutations are decided and reads are made current: the node's own
@@ -264,6 +269,11 @@ pub enum Mutation {
     Fence,
     /// Tenants, users and access keys (see [`identity`]).
     Identity(IdentityChange),
+    /// Sets (or with an empty quota, lifts) a bucket's quota.
+    SetBucketQuota {
+        name: String,
+        quota: Quota,
+    },
 }
 
 /// One fragment of an extent, moved from one drive to another.
@@ -354,6 +364,18 @@ impl MetaStore {
                 Ok(db)
             },
         )?);
+        // Tables added by later versions are made, and usage built once, before
+        // anything reads them.
+        {
+            let tx = db.begin_write()?;
+            tx.open_table(identity::TENANTS)?;
+            tx.open_table(identity::USERS)?;
+            tx.open_table(identity::KEYS)?;
+            tx.open_table(usage::BUCKET_USAGE)?;
+            tx.open_table(usage::TENANT_USAGE)?;
+            usage::rebuild(&tx, false)?;
+            tx.commit()?;
+        }
         let (jobs, rx) = tokio::sync::mpsc::channel::<Job>(4096);
         let cdb = db.clone();
         std::thread::Builder::new()
@@ -509,6 +531,7 @@ impl MetaStore {
             }
         }
         dump.identity.import(&tx)?;
+        usage::rebuild(&tx, true)?;
         tx.commit()?;
         Ok(())
     }
@@ -759,6 +782,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 }
             }
             buckets.remove(name.as_str())?;
+            usage::forget_bucket(tx, name)?;
             Ok(Applied {
                 freed,
                 object: None,
@@ -775,6 +799,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             gc::check_written_in(tx, *written_in)?;
             let old = get_object(&objects, bucket, key)?;
             check(cond, old.as_ref(), key)?;
+            usage::account(tx, &buckets, bucket, old.as_ref(), Some(record))?;
             objects.insert(
                 (bucket.as_str(), key.as_str()),
                 serde_json::to_vec(record)?.as_slice(),
@@ -786,18 +811,15 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         Mutation::DeleteObject { bucket, key, cond } => {
             need_bucket(&buckets, bucket)?;
-            if !cond.is_none() {
-                let current = match objects.get((bucket.as_str(), key.as_str()))? {
-                    Some(v) => Some(serde_json::from_slice::<ObjectRecord>(v.value())?),
-                    None => None,
-                };
-                check(cond, current.as_ref(), key)?;
-            }
-            let old = objects.remove((bucket.as_str(), key.as_str()))?;
-            let freed = match old {
-                Some(v) => serde_json::from_slice::<ObjectRecord>(v.value())?.extents,
-                None => Vec::new(),
+            let Some(current) = get_object(&objects, bucket, key)? else {
+                // Nothing to delete: only a condition can fail.
+                check(cond, None, key)?;
+                return Ok(Applied::default());
             };
+            check(cond, Some(&current), key)?;
+            usage::account(tx, &buckets, bucket, Some(&current), None)?;
+            objects.remove((bucket.as_str(), key.as_str()))?;
+            let freed = current.extents;
             Ok(Applied {
                 freed,
                 object: None,
@@ -872,6 +894,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             record.checksum = checksum.clone();
             let old = get_object(&objects, bucket, &upload.key)?;
             check(cond, old.as_ref(), &upload.key)?;
+            usage::account(tx, &buckets, bucket, old.as_ref(), Some(&record))?;
             objects.insert(
                 (bucket.as_str(), upload.key.as_str()),
                 serde_json::to_vec(&record)?.as_slice(),
@@ -914,6 +937,15 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         Mutation::Fence => Ok(Applied::default()),
         Mutation::Identity(c) => {
             identity::apply(tx, &buckets, c)?;
+            Ok(Applied::default())
+        }
+        Mutation::SetBucketQuota { name, quota } => {
+            let mut b: BucketRecord = match buckets.get(name.as_str())? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(MetaError::NoSuchBucket(name.clone())),
+            };
+            b.quota = *quota;
+            buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;
             Ok(Applied::default())
         }
         Mutation::AdvanceGcEpoch {

@@ -23,6 +23,9 @@ pub struct BucketRecord {
     /// given; none means S3's default, `us-east-1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub location: Option<String>,
+    /// What the bucket may hold.
+    #[serde(default, skip_serializing_if = "crate::Quota::is_none")]
+    pub quota: crate::Quota,
 }
 
 /// An object: its attributes and where its bytes are.

@@ -46,6 +46,7 @@ async fn mkbucket(s: &MetaStore, b: &str) {
             tenant: 1,
             created_ms: 0,
             location: None,
+            quota: Default::default(),
         },
     })
     .await
@@ -62,7 +63,8 @@ async fn bucket_lifecycle_and_conditions() {
             record: BucketRecord {
                 tenant: 1,
                 created_ms: 0,
-                location: None
+                location: None,
+                quota: Default::default()
             }
         })
         .await,
@@ -480,4 +482,51 @@ async fn a_database_file_of_zeros_is_made_again() {
     let s = MetaStore::open(&p).unwrap();
     assert!(s.object("b", "k").unwrap().is_some());
     assert!(!dir.path().join("meta.redb.creating").exists());
+}
+
+/// Usage follows every put, overwrite and delete, is rebuilt the same from a
+/// snapshot, and a quota refuses growth inside the apply.
+#[tokio::test]
+async fn usage_is_exact_and_quotas_refuse_growth() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    put(&s, "b", "k1").await;
+    put(&s, "b", "k2").await;
+    put(&s, "b", "k2").await;
+    assert_eq!(s.bucket_usage("b").unwrap(), Usage { bytes: 2, objects: 2 });
+    assert_eq!(s.tenant_usage(1).unwrap(), Usage { bytes: 2, objects: 2 });
+    s.apply(Mutation::DeleteObject {
+        bucket: "b".into(),
+        key: "k1".into(),
+        cond: Default::default(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.bucket_usage("b").unwrap(), Usage { bytes: 1, objects: 1 });
+    s.apply(Mutation::SetBucketQuota {
+        name: "b".into(),
+        quota: Quota {
+            max_bytes: None,
+            max_objects: Some(1),
+        },
+    })
+    .await
+    .unwrap();
+    let r = s
+        .apply(Mutation::PutObject {
+            bucket: "b".into(),
+            key: "k3".into(),
+            record: obj("e", 1),
+            cond: Precondition::default(),
+            written_in: None,
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::QuotaExceeded(_))), "{r:?}");
+    assert!(s.object("b", "k3").unwrap().is_none());
+    put(&s, "b", "k2").await; // an overwrite does not grow the count
+    let (snap, _) = s.export().unwrap();
+    let (_d2, t) = store();
+    t.import(&snap).unwrap();
+    assert_eq!(t.bucket_usage("b").unwrap(), Usage { bytes: 1, objects: 1 });
+    assert_eq!(t.tenant_usage(1).unwrap(), Usage { bytes: 1, objects: 1 });
 }

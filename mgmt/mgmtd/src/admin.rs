@@ -8,7 +8,7 @@ pub(crate) use crate::failure::Failure;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 use cairn_adminapi::{
     routes, ClusterStatus, DamageAtOpen, DriveStatus, ErrorKind, InitRequest, JoinRequest,
@@ -180,6 +180,9 @@ pub(crate) async fn serve(
         .route(routes::USER_KEYS, post(crate::tenants::create_key))
         .route(routes::KEYS, get(crate::tenants::keys))
         .route(routes::KEY, delete(crate::tenants::revoke_key))
+        .route(routes::TENANT_QUOTA, put(crate::tenants::set_quota))
+        .route(routes::BUCKETS, get(crate::tenants::buckets))
+        .route(routes::BUCKET_QUOTA, put(crate::tenants::set_bucket_quota))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(App {
             node,

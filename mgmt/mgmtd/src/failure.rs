@@ -78,7 +78,9 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists
-        | MetaError::TenantNotEmpty(_) => ErrorKind::Conflict,
+        | MetaError::TenantNotEmpty(_)
+        | MetaError::QuotaExceeded(_) => ErrorKind::Conflict,
+        MetaError::NoSuchBucket(_) => ErrorKind::NotFound,
         // What the admin API reads of the metadata is its own; anything else
         // failing there is the node's fault.
         _ => ErrorKind::Internal,

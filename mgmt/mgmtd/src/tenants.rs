@@ -9,9 +9,10 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use cairn_adminapi::{
-    ErrorKind, KeyView, NewKey, NewTenant, NewUser, SetDisabled, TenantView, UserView,
+    BucketView, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled, TenantView,
+    UserView,
 };
-use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Role, TenantRecord, UserRecord};
+use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Quota, Role, TenantRecord, UserRecord};
 use cairn_objects::ObjectStore;
 use rand::distr::{Alphanumeric, SampleString};
 use std::sync::Arc;
@@ -56,13 +57,31 @@ fn find_tenant(meta: &MetaStore, named: &str) -> Result<(u64, TenantRecord), Fai
     ))
 }
 
+fn spec(q: Quota) -> QuotaSpec {
+    QuotaSpec {
+        max_bytes: q.max_bytes,
+        max_objects: q.max_objects,
+    }
+}
+
+fn quota(q: QuotaSpec) -> Quota {
+    Quota {
+        max_bytes: q.max_bytes,
+        max_objects: q.max_objects,
+    }
+}
+
 fn tenant_view(meta: &MetaStore, id: u64, t: TenantRecord) -> Result<TenantView, Failure> {
     let buckets = meta
         .buckets()?
         .iter()
         .filter(|(_, b)| b.tenant == id)
         .count();
+    let usage = meta.tenant_usage(id)?;
     Ok(TenantView {
+        bytes: usage.bytes,
+        objects: usage.objects,
+        quota: spec(t.quota),
         id: format!("{id:016x}"),
         name: t.name,
         created_ms: t.created_ms,
@@ -126,6 +145,7 @@ pub(crate) async fn create(
         name: req.name,
         created_ms: cairn_meta::now_ms(),
         disabled: false,
+        quota: Default::default(),
     };
     store
         .change_identity(IdentityChange::CreateTenant {
@@ -356,4 +376,79 @@ pub(crate) async fn revoke_key(
         .change_identity(IdentityChange::DeleteKey { access_key })
         .await?;
     Ok(Json(true))
+}
+
+/// `PUT /v1/tenants/{tenant}/quota`.
+pub(crate) async fn set_quota(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+    body: Body<QuotaSpec>,
+) -> Result<Json<TenantView>, Failure> {
+    app.check(&headers)?;
+    let Json(q) = body?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::SetTenantQuota {
+            id,
+            quota: quota(q),
+        })
+        .await?;
+    let (id, t) = find_tenant(store.meta(), &named)?;
+    Ok(Json(tenant_view(store.meta(), id, t)?))
+}
+
+fn bucket_view(
+    meta: &MetaStore,
+    id: &str,
+    b: &cairn_meta::BucketRecord,
+) -> Result<BucketView, Failure> {
+    let u = meta.bucket_usage(id)?;
+    Ok(BucketView {
+        name: cairn_meta::bucket_name(id).to_string(),
+        created_ms: b.created_ms,
+        bytes: u.bytes,
+        objects: u.objects,
+        quota: spec(b.quota),
+    })
+}
+
+/// `GET /v1/tenants/{tenant}/buckets`.
+pub(crate) async fn buckets(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+) -> Result<Json<Vec<BucketView>>, Failure> {
+    app.check(&headers)?;
+    let store = current(&app).await?;
+    let meta = store.meta();
+    let (tenant, _) = find_tenant(meta, &named)?;
+    let mut out = Vec::new();
+    for (id, b) in meta.buckets()? {
+        if b.tenant == tenant {
+            out.push(bucket_view(meta, &id, &b)?);
+        }
+    }
+    Ok(Json(out))
+}
+
+/// `PUT /v1/tenants/{tenant}/buckets/{bucket}/quota`.
+pub(crate) async fn set_bucket_quota(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path((named, bucket)): Path<(String, String)>,
+    body: Body<QuotaSpec>,
+) -> Result<Json<BucketView>, Failure> {
+    app.check(&headers)?;
+    let Json(q) = body?;
+    let store = current(&app).await?;
+    let (tenant, _) = find_tenant(store.meta(), &named)?;
+    store.set_bucket_quota(tenant, &bucket, quota(q)).await?;
+    let id = cairn_meta::bucket_id(tenant, &bucket);
+    let b = store
+        .meta()
+        .bucket(&id)?
+        .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no such bucket: {bucket}")))?;
+    Ok(Json(bucket_view(store.meta(), &id, &b)?))
 }

@@ -4,8 +4,9 @@
 
 use crate::cluster::Target;
 use crate::scrub::when;
+use crate::status::human;
 use crate::NodectlError;
-use cairn_adminapi::{KeyView, TenantView, UserView};
+use cairn_adminapi::{BucketView, KeyView, QuotaSpec, TenantView, UserView};
 use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]
@@ -51,6 +52,98 @@ pub enum TenantCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Set what all the tenant's buckets together may hold; a write past it is
+    /// refused (S3 `QuotaExceeded`, 403).
+    Quota {
+        tenant: String,
+        #[command(flatten)]
+        limits: Limits,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The tenant's buckets, with what each holds and its quota.
+    Buckets {
+        tenant: String,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set what one of the tenant's buckets may hold.
+    BucketQuota {
+        tenant: String,
+        bucket: String,
+        #[command(flatten)]
+        limits: Limits,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// A quota's limits as given on the command line.
+#[derive(clap::Args, Debug)]
+pub struct Limits {
+    /// The most bytes (`500M`, `10G`, `2T`, plain bytes), or `none`.
+    #[arg(long, value_parser = parse_bytes)]
+    max_bytes: Option<Limit>,
+    /// The most objects, or `none`.
+    #[arg(long, value_parser = parse_count)]
+    max_objects: Option<Limit>,
+}
+
+/// One limit: a number, or `none` (lifted). Not given: left as it is.
+#[derive(Clone, Copy, Debug)]
+pub struct Limit(Option<u64>);
+
+fn parse_count(s: &str) -> Result<Limit, String> {
+    if s == "none" {
+        return Ok(Limit(None));
+    }
+    s.parse()
+        .map(|n| Limit(Some(n)))
+        .map_err(|_| format!("not a count: {s:?}"))
+}
+
+fn parse_bytes(s: &str) -> Result<Limit, String> {
+    if s == "none" {
+        return Ok(Limit(None));
+    }
+    // `10G`, `10GiB` and `10GB` are all 10 GiB: quotas are in binary units.
+    let t = s
+        .strip_suffix("iB")
+        .or_else(|| s.strip_suffix('B'))
+        .unwrap_or(s);
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let shift = match unit {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        _ => return Err(format!("not a size: {s:?} (e.g. 500M, 10G, 2T)")),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .map(|n| Limit(Some(n)))
+        .ok_or_else(|| format!("not a size: {s:?} (e.g. 500M, 10G, 2T)"))
+}
+
+impl Limits {
+    /// The new quota: the limits given, the others as they were.
+    fn over(&self, was: QuotaSpec) -> QuotaSpec {
+        QuotaSpec {
+            max_bytes: self.max_bytes.map_or(was.max_bytes, |l| l.0),
+            max_objects: self.max_objects.map_or(was.max_objects, |l| l.0),
+        }
+    }
+}
+
+fn quota_text(q: &QuotaSpec) -> String {
+    let b = q.max_bytes.map_or("no limit".into(), human);
+    let o = q.max_objects.map_or("no limit".into(), |n| n.to_string());
+    format!("quota {b} / {o} objects")
 }
 
 #[derive(Subcommand, Debug)]
@@ -131,14 +224,28 @@ fn print_json<T: serde::Serialize>(v: &T) {
 
 fn tenant_line(t: &TenantView) -> String {
     format!(
-        "{:<20} {}  {:<8} {:>5} users {:>5} keys {:>5} buckets  created {}",
+        "{:<20} {}  {:<8} {:>5} users {:>5} keys {:>5} buckets  {} in {} objects, {}  created {}",
         t.name,
         t.id,
         if t.disabled { "DISABLED" } else { "enabled" },
         t.users,
         t.keys,
         t.buckets,
+        human(t.bytes),
+        t.objects,
+        quota_text(&t.quota),
         when(t.created_ms)
+    )
+}
+
+fn bucket_line(b: &BucketView) -> String {
+    format!(
+        "{:<30} {:>12} in {:>8} objects, {}  created {}",
+        b.name,
+        human(b.bytes),
+        b.objects,
+        quota_text(&b.quota),
+        when(b.created_ms)
     )
 }
 
@@ -212,6 +319,47 @@ pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
         TenantCmd::Delete { tenant, target } => {
             target.api()?.tenant_delete(&tenant).await?;
             println!("tenant {tenant} deleted, with its users and keys");
+        }
+        TenantCmd::Quota {
+            tenant,
+            limits,
+            target,
+        } => {
+            let api = target.api()?;
+            let was = api.tenant(&tenant).await?.quota;
+            let t = api.tenant_quota(&tenant, limits.over(was)).await?;
+            println!("{}", tenant_line(&t));
+        }
+        TenantCmd::Buckets {
+            tenant,
+            target,
+            json,
+        } => {
+            let all = target.api()?.tenant_buckets(&tenant).await?;
+            if json {
+                print_json(&all);
+            } else {
+                for b in &all {
+                    println!("{}", bucket_line(b));
+                }
+            }
+        }
+        TenantCmd::BucketQuota {
+            tenant,
+            bucket,
+            limits,
+            target,
+        } => {
+            let api = target.api()?;
+            let was = api
+                .tenant_buckets(&tenant)
+                .await?
+                .into_iter()
+                .find(|b| b.name == bucket)
+                .map(|b| b.quota)
+                .unwrap_or_default();
+            let b = api.bucket_quota(&tenant, &bucket, limits.over(was)).await?;
+            println!("{}", bucket_line(&b));
         }
     }
     Ok(())

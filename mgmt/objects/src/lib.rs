@@ -546,6 +546,7 @@ impl ObjectStore {
                     tenant,
                     created_ms: cairn_meta::now_ms(),
                     location,
+                    quota: Default::default(),
                 },
             },
             Vec::new(),
@@ -866,6 +867,19 @@ impl ObjectStore {
     /// (replicated in a cluster).
     pub async fn change_identity(&self, c: cairn_meta::IdentityChange) -> Result<(), ObjectError> {
         self.commit(cairn_meta::ROOT_TENANT, Mutation::Identity(c), Vec::new())
+            .await?;
+        Ok(())
+    }
+
+    /// Sets (or with an empty quota, lifts) the quota of the tenant's bucket.
+    pub async fn set_bucket_quota(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        quota: cairn_meta::Quota,
+    ) -> Result<(), ObjectError> {
+        let (name, _) = self.resolve(tenant, bucket).await?;
+        self.commit(tenant, Mutation::SetBucketQuota { name, quota }, Vec::new())
             .await?;
         Ok(())
     }

@@ -35,6 +35,15 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 s3_error!(InvalidPartOrder, "parts must be in ascending order")
             }
             e @ MetaError::EntityTooSmall { .. } => s3_error!(EntityTooSmall, "{e}"),
+            // Ceph RGW's code and status for the same refusal (AWS has no quotas).
+            e @ MetaError::QuotaExceeded(_) => {
+                let mut err = S3Error::with_message(
+                    s3s::S3ErrorCode::Custom("QuotaExceeded".into()),
+                    e.to_string(),
+                );
+                err.set_status_code(http::StatusCode::FORBIDDEN);
+                err
+            }
             // Retried by the SDKs (a transient error for them): the body is sent again.
             e @ MetaError::WriteExpired { .. } => {
                 tracing::warn!("{e}");

@@ -509,7 +509,10 @@ mod tests {
             "an algorithm with no value"
         );
         h.insert("x-amz-checksum-crc32", "AAAAAA==".parse().unwrap());
-        assert!(Expectations::of(&h, None, None).is_ok(), "the same algorithm");
+        assert!(
+            Expectations::of(&h, None, None).is_ok(),
+            "the same algorithm"
+        );
         h.insert("x-amz-sdk-checksum-algorithm", "SHA256".parse().unwrap());
         assert!(
             Expectations::of(&h, None, None).is_err(),
