@@ -342,7 +342,14 @@ async fn quotas_bound_what_tenants_and_buckets_hold() {
     assert!(ok, "{err}");
     let (ok, _, err) = nodectl(
         &node,
-        &["tenant", "bucket-quota", "acme", "quota-one", "--max-objects", "2"],
+        &[
+            "tenant",
+            "bucket-quota",
+            "acme",
+            "quota-one",
+            "--max-objects",
+            "2",
+        ],
     );
     assert!(ok, "{err}");
     let (ok, _, err) = nodectl(&node, &["tenant", "quota", "acme", "--max-bytes", "lots"]);
@@ -359,7 +366,13 @@ async fn quotas_bound_what_tenants_and_buckets_hold() {
             .send()
             .await,
     );
-    assert!(c.head_object().bucket("quota-one").key("c").send().await.is_err());
+    assert!(c
+        .head_object()
+        .bucket("quota-one")
+        .key("c")
+        .send()
+        .await
+        .is_err());
     put(&c, "quota-one", "a", &mib).await;
     // The tenant's byte quota, across buckets: 3 MiB in all.
     put(&c, "quota-two", "x", &mib).await;

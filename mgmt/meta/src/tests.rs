@@ -493,8 +493,20 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
     put(&s, "b", "k1").await;
     put(&s, "b", "k2").await;
     put(&s, "b", "k2").await;
-    assert_eq!(s.bucket_usage("b").unwrap(), Usage { bytes: 2, objects: 2 });
-    assert_eq!(s.tenant_usage(1).unwrap(), Usage { bytes: 2, objects: 2 });
+    assert_eq!(
+        s.bucket_usage("b").unwrap(),
+        Usage {
+            bytes: 2,
+            objects: 2
+        }
+    );
+    assert_eq!(
+        s.tenant_usage(1).unwrap(),
+        Usage {
+            bytes: 2,
+            objects: 2
+        }
+    );
     s.apply(Mutation::DeleteObject {
         bucket: "b".into(),
         key: "k1".into(),
@@ -502,7 +514,13 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
     })
     .await
     .unwrap();
-    assert_eq!(s.bucket_usage("b").unwrap(), Usage { bytes: 1, objects: 1 });
+    assert_eq!(
+        s.bucket_usage("b").unwrap(),
+        Usage {
+            bytes: 1,
+            objects: 1
+        }
+    );
     s.apply(Mutation::SetBucketQuota {
         name: "b".into(),
         quota: Quota {
@@ -527,6 +545,18 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
     let (snap, _) = s.export().unwrap();
     let (_d2, t) = store();
     t.import(&snap).unwrap();
-    assert_eq!(t.bucket_usage("b").unwrap(), Usage { bytes: 1, objects: 1 });
-    assert_eq!(t.tenant_usage(1).unwrap(), Usage { bytes: 1, objects: 1 });
+    assert_eq!(
+        t.bucket_usage("b").unwrap(),
+        Usage {
+            bytes: 1,
+            objects: 1
+        }
+    );
+    assert_eq!(
+        t.tenant_usage(1).unwrap(),
+        Usage {
+            bytes: 1,
+            objects: 1
+        }
+    );
 }
