@@ -392,6 +392,7 @@ async fn quotas_bound_what_tenants_and_buckets_hold() {
             .send()
             .await,
     );
+    // Parts count from the moment they are stored: none past the quota.
     let up = c
         .create_multipart_upload()
         .bucket("quota-two")
@@ -399,34 +400,31 @@ async fn quotas_bound_what_tenants_and_buckets_hold() {
         .send()
         .await
         .unwrap();
-    let part = c
-        .upload_part()
-        .bucket("quota-two")
-        .key("mp")
-        .upload_id(up.upload_id().unwrap())
-        .part_number(1)
-        .body(ByteStream::from(vec![2u8; 100]))
-        .send()
-        .await
-        .unwrap();
     quota_refused(
-        c.complete_multipart_upload()
+        c.upload_part()
             .bucket("quota-two")
             .key("mp")
             .upload_id(up.upload_id().unwrap())
-            .multipart_upload(
-                aws_sdk_s3::types::CompletedMultipartUpload::builder()
-                    .parts(
-                        aws_sdk_s3::types::CompletedPart::builder()
-                            .part_number(1)
-                            .e_tag(part.e_tag().unwrap())
-                            .build(),
-                    )
-                    .build(),
-            )
+            .part_number(1)
+            .body(ByteStream::from(vec![2u8; 100]))
             .send()
             .await,
     );
+    // The tenant's user aborts its own upload.
+    c.abort_multipart_upload()
+        .bucket("quota-two")
+        .key("mp")
+        .upload_id(up.upload_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let left = c
+        .list_multipart_uploads()
+        .bucket("quota-two")
+        .send()
+        .await
+        .unwrap();
+    assert!(left.uploads().is_empty());
     // Room made, room used.
     c.delete_object()
         .bucket("quota-two")
@@ -508,4 +506,115 @@ async fn quotas_bound_what_tenants_and_buckets_hold() {
     assert_eq!(t["tenant"]["bytes"], 2 * MIB as u64 + 5005);
     assert_eq!(t["tenant"]["objects"], 8);
     assert_eq!(t["tenant"]["quota"]["max_bytes"], serde_json::Value::Null);
+}
+
+/// One RESP command over `s`, its first reply line.
+async fn resp(s: &mut tokio::net::TcpStream, args: &[&str]) -> String {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut r = tokio::io::BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).await.unwrap();
+    if line.starts_with('$') && line.trim() != "$-1" {
+        let mut value = String::new();
+        r.read_line(&mut value).await.unwrap();
+        return value.trim_end().to_string();
+    }
+    line.trim_end().to_string()
+}
+
+#[tokio::test]
+async fn resp_sessions_follow_their_key_and_expired_keys_go() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let addr: &'static str = Box::leak(port.clone().into_boxed_str());
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_RESP", addr)],
+        ..Default::default()
+    });
+    nodectl_json(&node, &["tenant", "create", "kv"]);
+    nodectl_json(&node, &["user", "create", "kv", "writer"]);
+    nodectl_json(
+        &node,
+        &["user", "create", "kv", "reader", "--role", "read-only"],
+    );
+    let k = nodectl_json(&node, &["key", "create", "kv", "writer"]);
+    let (ak, sk) = (
+        k["access_key"].as_str().unwrap(),
+        k["secret_key"].as_str().unwrap(),
+    );
+    let r = nodectl_json(&node, &["key", "create", "kv", "reader"]);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert_eq!(resp(&mut s, &["AUTH", ak, sk]).await, "+OK");
+    assert_eq!(resp(&mut s, &["SET", "a", "1"]).await, "+OK");
+
+    // Expired keys stop counting: found by a command, or by the sweep.
+    nodectl(&node, &["tenant", "quota", "kv", "--max-objects", "3"]);
+    assert_eq!(resp(&mut s, &["SET", "e1", "v", "PX", "100"]).await, "+OK");
+    assert_eq!(resp(&mut s, &["SET", "e2", "v", "PX", "100"]).await, "+OK");
+    let refused = resp(&mut s, &["SET", "b", "1"]).await;
+    assert!(refused.contains("quota exceeded"), "{refused}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(resp(&mut s, &["GET", "e1"]).await, "$-1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = nodectl_json(&node, &["tenant", "show", "kv"]);
+        if t["tenant"]["objects"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expired keys still held: {t}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(resp(&mut s, &["SET", "b", "1"]).await, "+OK");
+    assert_eq!(resp(&mut s, &["DBSIZE"]).await, ":2");
+
+    // A read-only user reads and is refused writes.
+    let mut ro = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (rak, rsk) = (
+        r["access_key"].as_str().unwrap(),
+        r["secret_key"].as_str().unwrap(),
+    );
+    assert_eq!(resp(&mut ro, &["AUTH", rak, rsk]).await, "+OK");
+    assert_eq!(resp(&mut ro, &["GET", "a"]).await, "1");
+    assert!(resp(&mut ro, &["SET", "a", "2"])
+        .await
+        .starts_with("-NOPERM"));
+    // Disabling the user stops its open session at the next command.
+    nodectl(&node, &["user", "disable", "kv", "reader"]);
+    assert!(resp(&mut ro, &["GET", "a"]).await.starts_with("-NOAUTH"));
+
+    // A revoked key stops its open session at the next command.
+    let (ok, _, err) = nodectl(&node, &["key", "revoke", ak]);
+    assert!(ok, "{err}");
+    assert!(resp(&mut s, &["GET", "a"]).await.starts_with("-NOAUTH"));
+    assert!(resp(&mut s, &["SET", "c", "1"])
+        .await
+        .starts_with("-NOAUTH"));
+
+    // A tenant whose RESP keyspace is empty can be deleted; one holding keys not.
+    let k = nodectl_json(&node, &["key", "create", "kv", "writer"]);
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (ak, sk) = (
+        k["access_key"].as_str().unwrap(),
+        k["secret_key"].as_str().unwrap(),
+    );
+    assert_eq!(resp(&mut s, &["AUTH", ak, sk]).await, "+OK");
+    let (ok, _, err) = nodectl(&node, &["tenant", "delete", "kv"]);
+    assert!(!ok && err.contains("_resp."), "{err}");
+    assert_eq!(resp(&mut s, &["DEL", "a", "b"]).await, ":2");
+    let (ok, _, err) = nodectl(&node, &["tenant", "delete", "kv"]);
+    assert!(ok, "{err}");
+    assert!(resp(&mut s, &["GET", "a"]).await.starts_with("-NOAUTH"));
+    let (ok, _, err) = nodectl(&node, &["tenant", "create", "0123456789abcdef"]);
+    assert!(!ok && err.contains("hex"), "{err}");
 }

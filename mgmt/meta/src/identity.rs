@@ -156,7 +156,8 @@ fn json<T: Serialize>(v: &T) -> Result<Vec<u8>, MetaError> {
 /// Applies one change inside the caller's transaction.
 pub(crate) fn apply(
     tx: &redb::WriteTransaction,
-    buckets: &redb::Table<&str, &[u8]>,
+    buckets: &mut redb::Table<&str, &[u8]>,
+    objects: &redb::Table<(&str, &str), &[u8]>,
     c: &IdentityChange,
 ) -> Result<(), MetaError> {
     let mut tenants = tx.open_table(TENANTS)?;
@@ -202,14 +203,30 @@ pub(crate) fn apply(
         }
         IdentityChange::DeleteTenant { id } => {
             tenant(&tenants, *id)?;
+            // Buckets named with a leading `_` are kept by front ends other than
+            // S3 (RESP's `_resp.<tenant>`), which a tenant cannot delete through
+            // S3: empty, they go with the tenant; holding anything, they keep it.
+            let mut service = Vec::new();
             for e in buckets.iter()? {
                 let (k, v) = e?;
                 let b: crate::BucketRecord = serde_json::from_slice(v.value())?;
-                if b.tenant == *id {
-                    return Err(MetaError::TenantNotEmpty(
-                        bucket_name(k.value()).to_string(),
-                    ));
+                if b.tenant != *id {
+                    continue;
                 }
+                let name = bucket_name(k.value());
+                let empty = objects
+                    .range((k.value(), "")..)?
+                    .next()
+                    .transpose()?
+                    .is_none_or(|(o, _)| o.value().0 != k.value());
+                if !(name.starts_with('_') && empty) {
+                    return Err(MetaError::TenantNotEmpty(name.to_string()));
+                }
+                service.push(k.value().to_string());
+            }
+            for b in service {
+                buckets.remove(b.as_str())?;
+                crate::usage::forget_bucket(tx, *id, &b)?;
             }
             tenants.remove(*id)?;
             let mut names = Vec::new();

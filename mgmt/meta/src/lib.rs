@@ -29,6 +29,7 @@ pub use identity::{
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
+use usage::Delta;
 pub use usage::{Quota, Usage};
 
 use md5::{Digest, Md5};
@@ -781,8 +782,11 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                     freed.push(p.extent);
                 }
             }
-            buckets.remove(name.as_str())?;
-            usage::forget_bucket(tx, name)?;
+            let tenant = match buckets.remove(name.as_str())? {
+                Some(v) => serde_json::from_slice::<BucketRecord>(v.value())?.tenant,
+                None => return Err(MetaError::NoSuchBucket(name.clone())),
+            };
+            usage::forget_bucket(tx, tenant, name)?;
             Ok(Applied {
                 freed,
                 object: None,
@@ -799,7 +803,12 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             gc::check_written_in(tx, *written_in)?;
             let old = get_object(&objects, bucket, key)?;
             check(cond, old.as_ref(), key)?;
-            usage::account(tx, &buckets, bucket, old.as_ref(), Some(record))?;
+            usage::account(
+                tx,
+                &buckets,
+                bucket,
+                Delta::replacing(old.as_ref(), Some(record)),
+            )?;
             objects.insert(
                 (bucket.as_str(), key.as_str()),
                 serde_json::to_vec(record)?.as_slice(),
@@ -817,7 +826,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 return Ok(Applied::default());
             };
             check(cond, Some(&current), key)?;
-            usage::account(tx, &buckets, bucket, Some(&current), None)?;
+            usage::account(tx, &buckets, bucket, Delta::replacing(Some(&current), None))?;
             objects.remove((bucket.as_str(), key.as_str()))?;
             let freed = current.extents;
             Ok(Applied {
@@ -855,17 +864,24 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 return Err(MetaError::NoSuchUpload(upload_id.clone()));
             }
             let mut parts = tx.open_table(PARTS)?;
-            let old = parts.insert(
+            let old: Option<PartRecord> = match parts.get((upload_id.as_str(), *part))? {
+                Some(v) => Some(serde_json::from_slice(v.value())?),
+                None => None,
+            };
+            // A part's bytes count from now: a quota bounds uploads too.
+            let was = old.as_ref().map_or(0, |p| p.extent.size as i64);
+            usage::account(
+                tx,
+                &buckets,
+                bucket,
+                Delta::bytes(record.extent.size as i64 - was),
+            )?;
+            parts.insert(
                 (upload_id.as_str(), *part),
                 serde_json::to_vec(record)?.as_slice(),
             )?;
             let freed = match old {
-                Some(v) => unreferenced(
-                    Some(vec![
-                        serde_json::from_slice::<PartRecord>(v.value())?.extent,
-                    ]),
-                    std::slice::from_ref(&record.extent),
-                ),
+                Some(p) => unreferenced(Some(vec![p.extent]), std::slice::from_ref(&record.extent)),
                 None => Vec::new(),
             };
             Ok(Applied {
@@ -894,7 +910,12 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             record.checksum = checksum.clone();
             let old = get_object(&objects, bucket, &upload.key)?;
             check(cond, old.as_ref(), &upload.key)?;
-            usage::account(tx, &buckets, bucket, old.as_ref(), Some(&record))?;
+            // The listed parts become the object; the others are freed. Their
+            // bytes were counted when stored.
+            let parts_bytes: u64 = stored.iter().map(|(_, p)| p.extent.size).sum();
+            let mut d = Delta::replacing(old.as_ref(), Some(&record));
+            d.bytes -= parts_bytes as i64;
+            usage::account(tx, &buckets, bucket, d)?;
             objects.insert(
                 (bucket.as_str(), upload.key.as_str()),
                 serde_json::to_vec(&record)?.as_slice(),
@@ -928,6 +949,8 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 parts.remove((upload_id.as_str(), n))?;
                 freed.push(p.extent);
             }
+            let held: u64 = freed.iter().map(|e| e.size).sum();
+            usage::account(tx, &buckets, bucket, Delta::bytes(-(held as i64)))?;
             Ok(Applied {
                 freed,
                 object: None,
@@ -936,7 +959,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
         Mutation::Identity(c) => {
-            identity::apply(tx, &buckets, c)?;
+            identity::apply(tx, &mut buckets, &objects, c)?;
             Ok(Applied::default())
         }
         Mutation::SetBucketQuota { name, quota } => {

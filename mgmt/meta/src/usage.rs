@@ -1,5 +1,5 @@
-//! What each bucket and tenant holds (bytes and objects of completed objects),
-//! and the quotas that bound it.
+//! What each bucket and tenant holds (bytes stored, objects completed), and the
+//! quotas that bound it.
 //!
 //! Usage is derived data, kept exact by the same apply that changes the objects
 //! (every replica computes the same), and rebuilt from the objects table when a
@@ -7,10 +7,11 @@
 //! snapshot. A change that would take a bucket or its tenant past a quota is
 //! refused inside that apply, so two racing writes can never both pass: the log
 //! orders them, and the second sees the first's usage. Parts of uploads in
-//! progress are not counted until completed.
+//! progress count as bytes from the moment they are stored (else a tenant could
+//! fill the drives with parts it never completes).
 
 use crate::identity::{TenantRecord, TENANTS};
-use crate::{BucketRecord, MetaError, ObjectRecord, BUCKETS, OBJECTS, SYSTEM};
+use crate::{BucketRecord, MetaError, ObjectRecord, BUCKETS, OBJECTS, PARTS, SYSTEM, UPLOADS};
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -66,26 +67,46 @@ impl Usage {
         }
     }
 
-    /// This usage with `old` replaced by `new`.
-    fn replacing(self, old: Option<&ObjectRecord>, new: Option<&ObjectRecord>) -> Usage {
-        let size = |o: Option<&ObjectRecord>| o.map_or((0, 0), |o| (o.size, 1));
-        let ((ob, oo), (nb, no)) = (size(old), size(new));
+    fn plus(self, d: Delta) -> Usage {
         Usage {
-            bytes: (self.bytes + nb).saturating_sub(ob),
-            objects: (self.objects + no).saturating_sub(oo),
+            bytes: self.bytes.saturating_add_signed(d.bytes),
+            objects: self.objects.saturating_add_signed(d.objects),
         }
     }
 }
 
-/// Accounts, inside the caller's transaction, object `old` of bucket `bucket`
-/// replaced by `new` (either may be none); refuses a change that grows the bucket
-/// or its tenant past its quota (`QuotaExceeded`), before anything is written.
+/// A change to what a bucket holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Delta {
+    pub bytes: i64,
+    pub objects: i64,
+}
+
+impl Delta {
+    /// Object `old` replaced by `new` (either may be none).
+    pub fn replacing(old: Option<&ObjectRecord>, new: Option<&ObjectRecord>) -> Delta {
+        let size = |o: Option<&ObjectRecord>| o.map_or((0, 0), |o| (o.size as i64, 1));
+        let ((ob, oo), (nb, no)) = (size(old), size(new));
+        Delta {
+            bytes: nb - ob,
+            objects: no - oo,
+        }
+    }
+
+    /// Stored bytes that are not (yet) an object: parts of uploads in progress.
+    pub fn bytes(bytes: i64) -> Delta {
+        Delta { bytes, objects: 0 }
+    }
+}
+
+/// Accounts, inside the caller's transaction, a change `d` to bucket `bucket`;
+/// refuses a change that grows the bucket or its tenant past its quota
+/// (`QuotaExceeded`), before anything is written.
 pub(crate) fn account(
     tx: &redb::WriteTransaction,
     buckets: &redb::Table<&str, &[u8]>,
     bucket: &str,
-    old: Option<&ObjectRecord>,
-    new: Option<&ObjectRecord>,
+    d: Delta,
 ) -> Result<(), MetaError> {
     let b: BucketRecord = match buckets.get(bucket)? {
         Some(v) => serde_json::from_slice(v.value())?,
@@ -101,7 +122,7 @@ pub(crate) fn account(
         .get(b.tenant)?
         .map(|v| Usage::of(v.value()))
         .unwrap_or_default();
-    let (bn, tn) = (bu.replacing(old, new), tu.replacing(old, new));
+    let (bn, tn) = (bu.plus(d), tu.plus(d));
     if let Some(why) = b.quota.refuses(bu, bn) {
         return Err(MetaError::QuotaExceeded(format!(
             "bucket {}: {why}",
@@ -125,9 +146,28 @@ pub(crate) fn account(
     Ok(())
 }
 
-/// Forgets a deleted (empty) bucket's usage row.
-pub(crate) fn forget_bucket(tx: &redb::WriteTransaction, bucket: &str) -> Result<(), MetaError> {
-    tx.open_table(BUCKET_USAGE)?.remove(bucket)?;
+/// Forgets a deleted bucket: what it still held (parts of the uploads aborted
+/// with it) leaves its tenant's usage, and its row goes.
+pub(crate) fn forget_bucket(
+    tx: &redb::WriteTransaction,
+    tenant: u64,
+    bucket: &str,
+) -> Result<(), MetaError> {
+    let mut bu_t = tx.open_table(BUCKET_USAGE)?;
+    let held = bu_t
+        .remove(bucket)?
+        .map(|v| Usage::of(v.value()))
+        .unwrap_or_default();
+    let mut tu_t = tx.open_table(TENANT_USAGE)?;
+    let tu = tu_t
+        .get(tenant)?
+        .map(|v| Usage::of(v.value()))
+        .unwrap_or_default();
+    let left = Usage {
+        bytes: tu.bytes.saturating_sub(held.bytes),
+        objects: tu.objects.saturating_sub(held.objects),
+    };
+    tu_t.insert(tenant, (left.bytes, left.objects))?;
     Ok(())
 }
 
@@ -150,6 +190,21 @@ pub(crate) fn rebuild(tx: &redb::WriteTransaction, always: bool) -> Result<(), M
         let u = per_bucket.entry(k.value().0.to_string()).or_default();
         u.bytes += rec.size;
         u.objects += 1;
+    }
+    // Parts of uploads in progress hold bytes too.
+    let mut upload_bucket: std::collections::BTreeMap<String, String> = Default::default();
+    for e in tx.open_table(UPLOADS)?.iter()? {
+        let (k, _) = e?;
+        let (b, id) = k.value();
+        upload_bucket.insert(id.to_string(), b.to_string());
+    }
+    for e in tx.open_table(PARTS)?.iter()? {
+        let (k, v) = e?;
+        let Some(b) = upload_bucket.get(k.value().0) else {
+            continue;
+        };
+        let p: crate::PartRecord = serde_json::from_slice(v.value())?;
+        per_bucket.entry(b.clone()).or_default().bytes += p.extent.size;
     }
     let mut per_tenant: std::collections::BTreeMap<u64, Usage> = Default::default();
     for e in buckets.iter()? {

@@ -132,6 +132,17 @@ pub(crate) async fn create(
     app.check(&headers)?;
     let Json(req) = body?;
     check_name("tenant", &req.name)?;
+    // Paths name tenants by name or by id: a name that reads as an id would let
+    // one tenant's name shadow another's id.
+    if req.name.len() == 16 && req.name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            format!(
+                "invalid tenant name {:?}: 16 hex digits is how tenant ids are written",
+                req.name
+            ),
+        ));
+    }
     let store = app.store()?;
     // Random, so that ids never repeat after a delete (an old key or bucket
     // record can never name a new tenant); 0 and the root's are reserved.

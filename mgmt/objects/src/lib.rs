@@ -848,12 +848,13 @@ impl ObjectStore {
         key: &str,
         upload_id: &str,
     ) -> Result<(), ObjectError> {
-        self.upload(tenant, bucket, upload_id, key).await?;
+        let upload = self.upload(tenant, bucket, upload_id, key).await?;
         self.commit(
             tenant,
             Mutation::AbortUpload {
-                bucket: bucket.to_string(),
-                upload_id: upload_id.to_string(),
+                // The metadata's name of the tenant's bucket, not the S3 name.
+                bucket: upload.bucket,
+                upload_id: upload.id,
             },
             Vec::new(),
         )
@@ -868,7 +869,9 @@ impl ObjectStore {
     pub async fn change_identity(&self, c: cairn_meta::IdentityChange) -> Result<(), ObjectError> {
         self.commit(cairn_meta::ROOT_TENANT, Mutation::Identity(c), Vec::new())
             .await?;
-        Ok(())
+        // Applied here too before the caller answers: a key revoked through this
+        // node is refused by this node from the answer on.
+        self.sync().await
     }
 
     /// Sets (or with an empty quota, lifts) the quota of the tenant's bucket.
@@ -881,7 +884,7 @@ impl ObjectStore {
         let (name, _) = self.resolve(tenant, bucket).await?;
         self.commit(tenant, Mutation::SetBucketQuota { name, quota }, Vec::new())
             .await?;
-        Ok(())
+        self.sync().await
     }
 
     // ---- space ----

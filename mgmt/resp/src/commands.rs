@@ -1,6 +1,7 @@
 //! The commands: one closed `match` on the command name, so the surface served is
 //! visible in one place ([`Session::run`]).
 
+use crate::expiry::{self, expired, expiry, EXPIRES};
 use crate::keys::{bucket_for, encode_key};
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
@@ -11,7 +12,6 @@ use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// The object's user metadata entry that holds a key's expiry (Unix ms).
-const EXPIRES: &str = "resp-expires-ms";
 /// How long a wrong password waits for its answer: guessing is slowed, and the
 /// wait does not tell an unknown user from a wrong secret.
 const WRONGPASS_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
@@ -28,6 +28,10 @@ pub struct Session {
     store: Arc<ObjectStore>,
     cfg: Arc<RespConfig>,
     tenant: Option<u64>,
+    /// The access key the session authenticated with: checked again before
+    /// every command, so a key revoked, or a user or tenant disabled or deleted,
+    /// stops an open session at its next command.
+    access_key: Option<String>,
     /// The authenticated user may only read (role `read-only`).
     read_only: bool,
 }
@@ -41,6 +45,7 @@ impl Session {
             store,
             cfg,
             tenant: None,
+            access_key: None,
             read_only: false,
         }
     }
@@ -80,6 +85,10 @@ impl Session {
                 return Ok(Next::Continue);
             }
         };
+        if !matches!(name, "AUTH" | "HELLO" | "PING" | "QUIT") && !self.still_authorized() {
+            error(w, "NOAUTH Authentication required.").await?;
+            return Ok(Next::Continue);
+        }
         if self.read_only && WRITES.contains(&name) {
             // Redis's answer to a command its ACL denies.
             let lower = name.to_ascii_lowercase();
@@ -257,6 +266,7 @@ impl Session {
         match found {
             Some(id) => {
                 self.tenant = Some(id.tenant);
+                self.access_key = std::str::from_utf8(user).ok().map(str::to_string);
                 self.read_only = id.role == cairn_meta::Role::ReadOnly;
                 ok(w).await?;
                 Ok(true)
@@ -270,6 +280,27 @@ impl Session {
                 )
                 .await?;
                 Ok(false)
+            }
+        }
+    }
+
+    /// Whether the session's key still stands for its tenant (not revoked, its
+    /// user and tenant enabled and existing); if not, the session is logged out.
+    /// The role is read again too.
+    fn still_authorized(&mut self) -> bool {
+        let Some(ak) = &self.access_key else {
+            return true;
+        };
+        match self.cfg.keys.identity(ak) {
+            Some(id) if !id.disabled && Some(id.tenant) == self.tenant => {
+                self.read_only = id.role == cairn_meta::Role::ReadOnly;
+                true
+            }
+            _ => {
+                tracing::info!("RESP session's key no longer valid: logged out");
+                self.tenant = None;
+                self.access_key = None;
+                false
             }
         }
     }
@@ -445,11 +476,17 @@ impl Session {
         keys: &[Bytes],
     ) -> Result<Vec<Option<ObjectRecord>>, RespError> {
         let t = now();
-        Ok(self
-            .lookup_raw(tenant, keys)
-            .await?
-            .into_iter()
-            .map(|r| r.filter(|r| expiry(r).is_none_or(|at| at > t)))
+        let found = self.lookup_raw(tenant, keys).await?;
+        Ok(keys
+            .iter()
+            .zip(found)
+            .map(|(k, r)| match r {
+                Some(r) if expired(&r, t) => {
+                    expiry::forget(&self.store, tenant, bucket_for(tenant), encode_key(k), &r);
+                    None
+                }
+                r => r,
+            })
             .collect())
     }
 
@@ -515,10 +552,6 @@ impl Session {
 
 fn now() -> i64 {
     cairn_meta::now_ms()
-}
-
-fn expiry(rec: &ObjectRecord) -> Option<i64> {
-    rec.user_meta.get(EXPIRES).and_then(|s| s.parse().ok())
 }
 
 async fn ok<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), RespError> {

@@ -9,9 +9,11 @@
 
 mod codec;
 mod commands;
+mod expiry;
 mod keys;
 
 pub use codec::Limits;
+pub use expiry::{sweep, SWEEP_EVERY};
 pub use keys::{bucket_for, decode_key, encode_key};
 
 use cairn_objects::ObjectStore;
@@ -76,6 +78,12 @@ pub async fn serve(
 ) -> Result<(), RespError> {
     let cfg = Arc::new(cfg);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let sweeper = tokio::spawn(expiry::sweeper(store.clone(), {
+        let mut stop = stop_rx.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    }));
     let mut conns = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -114,6 +122,7 @@ pub async fn serve(
         });
     }
     let _ = stop_tx.send(true);
+    let _ = sweeper.await;
     let drain = async { while conns.join_next().await.is_some() {} };
     if tokio::time::timeout(std::time::Duration::from_secs(10), drain)
         .await

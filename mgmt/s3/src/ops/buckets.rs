@@ -122,7 +122,9 @@ pub(super) async fn list_buckets(
         .await
         .map_err(to_s3)?
         .into_iter()
-        .filter(|(name, _)| name.starts_with(&prefix))
+        // Buckets named with a leading `_` belong to other front ends (RESP's
+        // keyspace): no S3 request can name them, so S3 does not list them.
+        .filter(|(name, _)| !name.starts_with('_') && name.starts_with(&prefix))
         .filter(|(name, _)| after.as_ref().is_none_or(|a| name > a))
         .collect();
     all.sort_by(|a, b| a.0.cmp(&b.0));
