@@ -820,9 +820,9 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         Mutation::DeleteObject { bucket, key, cond } => {
             need_bucket(&buckets, bucket)?;
+            // Nothing to delete is a success, whatever the condition (S3: "if
+            // the ETag matches or if the object doesn't exist, 204").
             let Some(current) = get_object(&objects, bucket, key)? else {
-                // Nothing to delete: only a condition can fail.
-                check(cond, None, key)?;
                 return Ok(Applied::default());
             };
             check(cond, Some(&current), key)?;

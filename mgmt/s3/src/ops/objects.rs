@@ -132,6 +132,10 @@ pub(super) async fn get_object(
             set_checksum!(out, rec.checksum.as_ref(), typed);
         } else if let Some(n) = input.part_number {
             set_checksum!(out, part_checksum(&rec, n));
+            // The kind is the object's (a part of a composite object says so).
+            out.checksum_type = part_checksum(&rec, n)
+                .and(rec.checksum.as_ref())
+                .map(crate::integrity::kind);
         }
     }
     let mut resp = S3Response::new(out);
@@ -199,6 +203,9 @@ pub(super) async fn head_object(
             }
             Some(n) => {
                 set_checksum!(out, part_checksum(&rec, n));
+                out.checksum_type = part_checksum(&rec, n)
+                    .and(rec.checksum.as_ref())
+                    .map(crate::integrity::kind);
             }
         }
     }
