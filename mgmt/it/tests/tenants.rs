@@ -577,6 +577,16 @@ async fn resp_sessions_follow_their_key_and_expired_keys_go() {
     }
     assert_eq!(resp(&mut s, &["SET", "b", "1"]).await, "+OK");
     assert_eq!(resp(&mut s, &["DBSIZE"]).await, ":2");
+    // An expired key is no key for NX and XX either, swept or not yet.
+    nodectl(&node, &["tenant", "quota", "kv", "--max-objects", "none"]);
+    assert_eq!(resp(&mut s, &["SET", "n", "v", "PX", "100"]).await, "+OK");
+    assert_eq!(resp(&mut s, &["SET", "x", "v", "PX", "100"]).await, "+OK");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(resp(&mut s, &["SET", "n", "w", "NX"]).await, "+OK");
+    assert_eq!(resp(&mut s, &["GET", "n"]).await, "w");
+    assert_eq!(resp(&mut s, &["SET", "x", "w", "XX"]).await, "$-1");
+    assert_eq!(resp(&mut s, &["GET", "x"]).await, "$-1");
+    assert_eq!(resp(&mut s, &["DEL", "n"]).await, ":1");
 
     // A read-only user reads and is refused writes.
     let mut ro = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -220,7 +220,11 @@ pub(crate) fn apply(
                     .transpose()?
                     .is_none_or(|(o, _)| o.value().0 != k.value());
                 if !(name.starts_with('_') && empty) {
-                    return Err(MetaError::TenantNotEmpty(name.to_string()));
+                    return Err(MetaError::TenantNotEmpty(if name.starts_with("_resp.") {
+                        format!("{name}, its RESP keyspace (DEL its keys through RESP)")
+                    } else {
+                        name.to_string()
+                    }));
                 }
                 service.push(k.value().to_string());
             }

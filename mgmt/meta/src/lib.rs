@@ -171,12 +171,18 @@ pub struct Precondition {
     pub if_match: Option<String>,
     /// `If-None-Match: *` — the key must not exist.
     pub if_none_match_any: bool,
+    /// The current object must exist with this user metadata entry (name,
+    /// value): a condition on *which write* is current when the ETag (an MD5 of
+    /// the bytes) cannot tell two writes of the same bytes apart — RESP's expiry
+    /// deletes only the write that carried the expiry it found passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_meta: Option<(String, String)>,
 }
 
 impl Precondition {
     /// No condition at all.
     pub fn is_none(&self) -> bool {
-        self.if_match.is_none() && !self.if_none_match_any
+        self.if_match.is_none() && !self.if_none_match_any && self.if_meta.is_none()
     }
 }
 
@@ -1057,6 +1063,15 @@ fn check(cond: &Precondition, current: Option<&ObjectRecord>, key: &str) -> Resu
         match current {
             None => return Err(MetaError::NoSuchKey(key.to_string())),
             Some(cur) if want != "*" && want.trim_matches('"') != cur.etag => {
+                return Err(MetaError::PreconditionFailed)
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some((name, value)) = &cond.if_meta {
+        match current {
+            None => return Err(MetaError::NoSuchKey(key.to_string())),
+            Some(cur) if cur.user_meta.get(name) != Some(value) => {
                 return Err(MetaError::PreconditionFailed)
             }
             Some(_) => {}

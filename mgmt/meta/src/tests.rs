@@ -560,3 +560,30 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
         }
     );
 }
+
+/// A condition on user metadata tells two writes of the same bytes apart (their
+/// ETags are equal): RESP's expiry deletes only the write whose expiry passed.
+#[tokio::test]
+async fn a_metadata_condition_tells_equal_writes_apart() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    let mut expiring = obj("same", 1);
+    expiring.user_meta.insert("exp".into(), "1".into());
+    s.apply(put_m("k", expiring)).await.unwrap();
+    // Written again, same bytes (same ETag), no expiry.
+    s.apply(put_m("k", obj("same", 1))).await.unwrap();
+    let cond = Precondition {
+        if_match: Some("same".into()),
+        if_meta: Some(("exp".into(), "1".into())),
+        ..Default::default()
+    };
+    let r = s
+        .apply(Mutation::DeleteObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            cond: cond.clone(),
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    assert!(s.object("b", "k").unwrap().is_some());
+}

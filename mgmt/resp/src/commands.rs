@@ -388,6 +388,21 @@ impl Session {
             }
             i += 1;
         }
+        // An expired key is no key, for NX and XX too, though its object may
+        // not be deleted yet: NX replaces exactly that expired write, XX fails.
+        if cond.if_none_match_any || cond.if_match.is_some() {
+            let found = self
+                .lookup_raw(tenant, &[Bytes::copy_from_slice(key)])
+                .await?
+                .pop()
+                .flatten();
+            if let Some(r) = found.filter(|r| expired(r, now())) {
+                if cond.if_match.is_some() {
+                    return nil(w).await;
+                }
+                cond = expiry::this_write(&r);
+            }
+        }
         match self.put(tenant, key, value, ttl_ms, cond).await {
             Ok(()) => ok(w).await,
             // NX on a present key, XX on a missing one: Redis answers nil.

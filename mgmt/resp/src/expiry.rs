@@ -3,10 +3,12 @@
 //! by a sweep every [`SWEEP_EVERY`] over every tenant's keyspace (Redis's active
 //! expiry), so expired keys stop holding space and counting against quotas.
 //!
-//! Every delete is conditional on the ETag the key had when found expired, so a
-//! key written again meanwhile (by any node, or by this one) is never deleted;
-//! in a cluster every node sweeps, and a delete that another node made first
-//! fails its condition harmlessly.
+//! Every delete is conditional on the write found expired — its ETag and its
+//! expiry (the ETag alone would not do: it is the MD5 of the value, so a key set
+//! again to the same value without an expiry would match) — so a key written
+//! again meanwhile (by any node, or by this one) is never deleted; in a cluster
+//! every node sweeps, and a delete that another node made first fails its
+//! condition harmlessly.
 
 use cairn_meta::{ObjectRecord, Precondition};
 use cairn_objects::ObjectStore;
@@ -40,15 +42,25 @@ pub(crate) fn forget(
     rec: &ObjectRecord,
 ) {
     let store = store.clone();
-    let cond = Precondition {
-        if_match: Some(rec.etag.clone()),
-        ..Default::default()
-    };
+    let cond = this_write(rec);
     tokio::spawn(async move {
         if let Err(e) = store.delete_object(tenant, &bucket, &key, cond).await {
             tracing::debug!(%bucket, %key, "expired key kept: {e}");
         }
     });
+}
+
+/// The condition that the current version of a key is still `rec`, the write
+/// found expired: its ETag and its expiry.
+pub(crate) fn this_write(rec: &ObjectRecord) -> Precondition {
+    Precondition {
+        if_match: Some(rec.etag.clone()),
+        if_meta: rec
+            .user_meta
+            .get(EXPIRES)
+            .map(|v| (EXPIRES.to_string(), v.clone())),
+        ..Default::default()
+    }
 }
 
 /// Sweeps every RESP keyspace every [`SWEEP_EVERY`] until `stop` resolves.
@@ -80,10 +92,7 @@ pub async fn sweep(store: &ObjectStore) -> Result<usize, cairn_objects::ObjectEr
         loop {
             let page = store.meta().list(&id, "", after, None, 1000)?;
             for (key, rec) in page.objects.iter().filter(|(_, r)| expired(r, now)) {
-                let cond = Precondition {
-                    if_match: Some(rec.etag.clone()),
-                    ..Default::default()
-                };
+                let cond = this_write(rec);
                 if store
                     .delete_object(b.tenant, &name, key, cond)
                     .await
