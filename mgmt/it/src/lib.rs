@@ -469,3 +469,60 @@ pub async fn put_bytes(
         .map_err(|e| format!("{e:?}"))?;
     Ok(out.e_tag().unwrap_or_default().to_string())
 }
+
+/// Uploads `parts` as a multipart object with a SHA-256 checksum per part and
+/// completes it (S3's composite checksum); returns the parts' checksums.
+pub async fn put_sha256_multipart(
+    c: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+    parts: &[Vec<u8>],
+) -> Vec<String> {
+    use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+    let up = c
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .send()
+        .await
+        .expect("create upload");
+    let id = up.upload_id().expect("upload id");
+    let (mut done, mut sums) = (Vec::new(), Vec::new());
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = c
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(id)
+            .part_number(n)
+            .checksum_algorithm(ChecksumAlgorithm::Sha256)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .expect("upload part");
+        let sum = r.checksum_sha256().expect("part checksum").to_string();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().expect("part ETag"))
+                .checksum_sha256(&sum)
+                .build(),
+        );
+        sums.push(sum);
+    }
+    c.complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .expect("complete upload");
+    sums
+}

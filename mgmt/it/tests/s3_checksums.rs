@@ -590,49 +590,7 @@ async fn full_object_crcs_of_multipart_uploads_and_copies() {
 
     // A composite SHA-256 multipart object copied: the copy is one piece, with the
     // full SHA-256 of its bytes (S3 makes the copy's checksum anew).
-    let up = c
-        .create_multipart_upload()
-        .bucket("whole")
-        .key("comp")
-        .checksum_algorithm(ChecksumAlgorithm::Sha256)
-        .send()
-        .await
-        .unwrap();
-    let id = up.upload_id().unwrap();
-    let mut done = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = c
-            .upload_part()
-            .bucket("whole")
-            .key("comp")
-            .upload_id(id)
-            .part_number(n)
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .checksum_sha256(r.checksum_sha256().unwrap())
-                .build(),
-        );
-    }
-    c.complete_multipart_upload()
-        .bucket("whole")
-        .key("comp")
-        .upload_id(id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(done))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    cairn_it::put_sha256_multipart(&c, "whole", "comp", &parts).await;
     let copied = c
         .copy_object()
         .bucket("whole")

@@ -6,10 +6,7 @@
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{
-    ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete,
-    ObjectAttributes, ObjectIdentifier,
-};
+use aws_sdk_s3::types::{ChecksumMode, Delete, ObjectAttributes, ObjectIdentifier};
 use aws_sdk_s3::Client;
 use cairn_it::{random_bytes, Node, NodeOptions};
 
@@ -200,51 +197,7 @@ async fn a_multipart_object_is_described_part_by_part() {
     let c = node.client();
     c.create_bucket().bucket("attrs").send().await.unwrap();
     let parts = [random_bytes(5 * MIB, 51), random_bytes(1000, 52)];
-    let up = c
-        .create_multipart_upload()
-        .bucket("attrs")
-        .key("mp")
-        .checksum_algorithm(ChecksumAlgorithm::Sha256)
-        .send()
-        .await
-        .unwrap();
-    let id = up.upload_id().unwrap();
-    let mut done = Vec::new();
-    let mut sums = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = c
-            .upload_part()
-            .bucket("attrs")
-            .key("mp")
-            .upload_id(id)
-            .part_number(n)
-            .checksum_algorithm(ChecksumAlgorithm::Sha256)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        sums.push(r.checksum_sha256().unwrap().to_string());
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .checksum_sha256(r.checksum_sha256().unwrap())
-                .build(),
-        );
-    }
-    c.complete_multipart_upload()
-        .bucket("attrs")
-        .key("mp")
-        .upload_id(id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(done))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let sums = cairn_it::put_sha256_multipart(&c, "attrs", "mp", &parts).await;
     // HEAD of a part: 206, its range, its own checksum.
     let h = c
         .head_object()
