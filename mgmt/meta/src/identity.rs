@@ -406,14 +406,27 @@ impl MetaStore {
         })
     }
 
-    pub fn access_key(&self, access_key: &str) -> Result<Option<KeyRecord>, MetaError> {
+    /// An access key with its user and tenant, read in one transaction (one
+    /// consistent state, and one read per request on the authentication path);
+    /// none if any of the three is missing.
+    pub fn key_holder(
+        &self,
+        access_key: &str,
+    ) -> Result<Option<(KeyRecord, UserRecord, TenantRecord)>, MetaError> {
         let tx = self.db.begin_read()?;
-        let t = tx.open_table(KEYS)?;
-        let v = t.get(access_key)?;
-        Ok(match v {
-            Some(v) => Some(serde_json::from_slice(v.value())?),
-            None => None,
-        })
+        let Some(k) = tx.open_table(KEYS)?.get(access_key)? else {
+            return Ok(None);
+        };
+        let k: KeyRecord = serde_json::from_slice(k.value())?;
+        let Some(u) = tx.open_table(USERS)?.get((k.tenant, k.user.as_str()))? else {
+            return Ok(None);
+        };
+        let u: UserRecord = serde_json::from_slice(u.value())?;
+        let Some(t) = tx.open_table(TENANTS)?.get(k.tenant)? else {
+            return Ok(None);
+        };
+        let t: TenantRecord = serde_json::from_slice(t.value())?;
+        Ok(Some((k, u, t)))
     }
 
     /// Every access key of `tenant` (of one user when `user` is given).

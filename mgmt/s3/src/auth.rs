@@ -73,24 +73,16 @@ impl Keys {
             return Some((c.secret.clone(), id));
         }
         let meta = self.meta.as_ref()?;
-        let lookup = || -> Result<Option<(String, Identity)>, cairn_meta::MetaError> {
-            let Some(k) = meta.access_key(access_key)? else {
-                return Ok(None);
-            };
-            let (user, tenant) = (meta.user(k.tenant, &k.user)?, meta.tenant(k.tenant)?);
-            let (Some(user), Some(tenant)) = (user, tenant) else {
-                return Ok(None);
-            };
-            let id = Identity {
-                tenant: k.tenant,
-                user: Some(k.user),
-                role: user.role,
-                disabled: user.disabled || tenant.disabled,
-            };
-            Ok(Some((k.secret, id)))
-        };
-        match lookup() {
-            Ok(found) => found,
+        match meta.key_holder(access_key) {
+            Ok(found) => found.map(|(k, user, tenant)| {
+                let id = Identity {
+                    tenant: k.tenant,
+                    user: Some(k.user),
+                    role: user.role,
+                    disabled: user.disabled || tenant.disabled,
+                };
+                (k.secret, id)
+            }),
             Err(e) => {
                 tracing::warn!("access key lookup: {e}");
                 None

@@ -2,7 +2,7 @@
 //! in one answer (what SDKs use to check a multipart object part by part).
 
 use super::common::*;
-use super::objects::{head_if, part_checksum, parts_of};
+use super::objects::{head_if, parts_of};
 use super::CairnS3;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};

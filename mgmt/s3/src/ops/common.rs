@@ -191,6 +191,13 @@ pub(super) fn serve_headers<T>(rec: &ObjectRecord, resp: &mut s3s::S3Response<T>
 /// Sets an output's `checksum_<algorithm>` field from a stored checksum (and,
 /// with `typed`, its `checksum_type`, on the outputs that have one).
 macro_rules! set_checksum {
+    // Part `n`'s checksum, of the kind the object's is (a part of a composite
+    // object says COMPOSITE).
+    ($out:expr, part $n:ident of $rec:expr) => {{
+        let p = part_checksum($rec, $n);
+        set_checksum!($out, p);
+        $out.checksum_type = p.and($rec.checksum.as_ref()).map($crate::integrity::kind);
+    }};
     ($out:expr, $c:expr, typed) => {
         set_checksum!($out, $c);
         $out.checksum_type = $c.map($crate::integrity::kind);
@@ -209,6 +216,17 @@ macro_rules! set_checksum {
     };
 }
 pub(super) use set_checksum;
+
+/// Part `n`'s checksum, kept when the multipart object was completed.
+pub(super) fn part_checksum(
+    rec: &cairn_meta::ObjectRecord,
+    n: i32,
+) -> Option<&cairn_meta::Checksum> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| rec.part_checksums.get(i))
+}
 
 /// Whether a read asked for the stored checksum (`x-amz-checksum-mode: ENABLED`).
 pub(super) fn wants_checksum(mode: &Option<ChecksumMode>) -> bool {

@@ -131,11 +131,7 @@ pub(super) async fn get_object(
         if whole {
             set_checksum!(out, rec.checksum.as_ref(), typed);
         } else if let Some(n) = input.part_number {
-            set_checksum!(out, part_checksum(&rec, n));
-            // The kind is the object's (a part of a composite object says so).
-            out.checksum_type = part_checksum(&rec, n)
-                .and(rec.checksum.as_ref())
-                .map(crate::integrity::kind);
+            set_checksum!(out, part n of &rec);
         }
     }
     let mut resp = S3Response::new(out);
@@ -202,10 +198,7 @@ pub(super) async fn head_object(
                 set_checksum!(out, rec.checksum.as_ref(), typed);
             }
             Some(n) => {
-                set_checksum!(out, part_checksum(&rec, n));
-                out.checksum_type = part_checksum(&rec, n)
-                    .and(rec.checksum.as_ref())
-                    .map(crate::integrity::kind);
+                set_checksum!(out, part n of &rec);
             }
         }
     }
@@ -308,17 +301,6 @@ pub(super) fn parts_of(rec: &cairn_meta::ObjectRecord) -> Vec<u64> {
     } else {
         vec![rec.size]
     }
-}
-
-/// Part `n`'s checksum, kept when the multipart object was completed.
-pub(super) fn part_checksum(
-    rec: &cairn_meta::ObjectRecord,
-    n: i32,
-) -> Option<&cairn_meta::Checksum> {
-    usize::try_from(n)
-        .ok()
-        .and_then(|n| n.checked_sub(1))
-        .and_then(|i| rec.part_checksums.get(i))
 }
 
 /// Part `n`'s bytes (`?partNumber=n`), as a half-open range.
