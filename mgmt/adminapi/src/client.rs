@@ -2,9 +2,9 @@
 //! [`AdminError`] that says what kind of failure it was.
 
 use crate::{
-    routes, BucketView, ClusterStatus, ErrorBody, ErrorKind, GcRunQuery, GcStatus, InitRequest,
-    JoinRequest, KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest, NodeStatus,
-    QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
+    routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, GcRunQuery, GcStatus,
+    InitRequest, JoinRequest, KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest,
+    NodeStatus, QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -288,8 +288,15 @@ impl AdminClient {
     }
 
     /// `POST /v1/tenants`.
-    pub async fn tenant_create(&self, name: &str) -> Result<TenantView, AdminError> {
-        let req = NewTenant { name: name.into() };
+    pub async fn tenant_create(
+        &self,
+        name: &str,
+        encrypted: bool,
+    ) -> Result<TenantView, AdminError> {
+        let req = NewTenant {
+            name: name.into(),
+            encrypted,
+        };
         self.call(Method::POST, routes::TENANTS, |r| r.json(&req))
             .await
     }
@@ -311,10 +318,11 @@ impl AdminClient {
             .await
     }
 
-    /// `DELETE /v1/tenants/{tenant}`.
-    pub async fn tenant_delete(&self, tenant: &str) -> Result<(), AdminError> {
+    /// `DELETE /v1/tenants/{tenant}` (`?purge=true`: with its buckets and data).
+    pub async fn tenant_delete(&self, tenant: &str, purge: bool) -> Result<(), AdminError> {
         let route = routes::fill(routes::TENANT, &[tenant]);
-        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        let q = DeleteTenant { purge };
+        let _: bool = self.call(Method::DELETE, &route, |r| r.query(&q)).await?;
         Ok(())
     }
 

@@ -34,7 +34,8 @@ pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
 pub use tenants::{
-    BucketView, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled, TenantView, UserView,
+    BucketView, DeleteTenant, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled,
+    TenantView, UserView,
 };
 
 #[cfg(feature = "client")]

@@ -9,6 +9,23 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NewTenant {
     pub name: String,
+    /// Whether the tenant's data is encrypted at rest under a key of its own
+    /// (on unless asked otherwise).
+    #[serde(default = "on")]
+    pub encrypted: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+/// The query of `DELETE /v1/tenants/{tenant}`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DeleteTenant {
+    /// Delete its buckets and objects too (crypto-shredding: its key goes
+    /// first, so no byte of its data can be decrypted from then on).
+    #[serde(default)]
+    pub purge: bool,
 }
 
 /// A tenant as the API shows it.
@@ -19,6 +36,9 @@ pub struct TenantView {
     pub name: String,
     pub created_ms: i64,
     pub disabled: bool,
+    /// Its data is sealed under a key of its own (the id of that key).
+    #[serde(default)]
+    pub key_id: Option<u32>,
     pub users: usize,
     pub keys: usize,
     pub buckets: usize,

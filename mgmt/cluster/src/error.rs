@@ -27,6 +27,8 @@ pub enum ClusterError {
     State(String),
     #[error("certificates: {0}")]
     Pki(String),
+    #[error("master key: {0}")]
+    MasterKey(#[from] cairn_envelope::EnvelopeError),
     #[error("this node has no certificate yet: it reaches peers only once it has created or joined a cluster")]
     NotCertified,
 }

@@ -20,11 +20,23 @@ pub struct JoinRequest {
 }
 
 /// What a joiner receives: the CA and its own certificate.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 pub struct JoinReply {
     pub cluster_id: String,
     pub ca_pem: String,
     pub cert_pem: String,
+    /// The cluster's master key (hex), which wraps the tenants' keys: every
+    /// member needs it to read encrypted data. Sent only over the join's TLS,
+    /// pinned to the CA the token names.
+    #[serde(default)]
+    pub master_key: String,
+}
+
+impl std::fmt::Debug for JoinReply {
+    // The master key never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JoinReply(cluster {})", self.cluster_id)
+    }
 }
 
 impl Cluster {
@@ -41,6 +53,10 @@ impl Cluster {
     ) -> Result<String, ClusterError> {
         if self.is_member() {
             return Err(ClusterError::AlreadyMember(self.map().cluster_id.clone()));
+        }
+        // The cluster's master key is made with it (kept if this node has one).
+        if !cairn_envelope::MasterKey::exists(&self.cfg.master_key) {
+            cairn_envelope::MasterKey::generate()?.store(&self.cfg.master_key)?;
         }
         if !self.raft.is_initialized().await.map_err(raft_err)? {
             let members = std::collections::BTreeMap::from([(
@@ -179,12 +195,18 @@ impl Cluster {
             .await
             .map_err(|e| peer(e.to_string()))?;
         let reply = r.map_err(ClusterError::JoinRefused)?;
+        let master = cairn_envelope::MasterKey::from_hex(&reply.master_key).ok_or_else(|| {
+            ClusterError::JoinRefused("the join reply carries no valid master key".into())
+        })?;
         let got = cairn_pki::tls::pem_cert_sha256(&reply.ca_pem, "the CA in the join reply")?;
         if got != ca_fp {
             return Err(ClusterError::JoinRefused(
                 "the cluster answered with a CA other than the token's".into(),
             ));
         }
+        // Kept before the certificate: a member never lacks the key. A node
+        // holding another key is refused (its file is left as it is).
+        master.store(&self.cfg.master_key)?;
         self.transport
             .install(&reply.ca_pem, &reply.cert_pem, &key.private_pem())?;
         Ok(reply.cluster_id)
@@ -206,6 +228,7 @@ impl Cluster {
     pub(crate) async fn admit(&self, req: JoinRequest) -> Result<JoinReply, ClusterError> {
         let secrets = self.secrets().ok_or(ClusterError::NotMember)?;
         ca::check_token(&secrets, &req.token)?;
+        let master = cairn_envelope::MasterKey::load(&self.cfg.master_key)?;
         let cluster_id = self.map().cluster_id.clone();
         let cert_pem = issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
         // The map names the certificate: peers accept it while the node is listed.
@@ -246,6 +269,7 @@ impl Cluster {
             cluster_id,
             ca_pem: secrets.ca_cert_pem.clone(),
             cert_pem,
+            master_key: master.to_hex().to_string(),
         })
     }
 }

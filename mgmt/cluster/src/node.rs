@@ -24,6 +24,9 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// Silence after which the leader marks a node down.
     pub down_after: Duration,
+    /// The cluster's master key file (see `cairn_envelope`): made by the node
+    /// that creates the cluster, handed to each joiner in its join reply.
+    pub master_key: PathBuf,
 }
 
 /// This node's membership in the cluster.

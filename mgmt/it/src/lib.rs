@@ -8,6 +8,7 @@
 
 pub mod dev;
 pub mod raw;
+pub mod tenant;
 
 use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;

@@ -10,8 +10,8 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
-use cairn_it::{bin, get_bytes, Node, NodeOptions};
-use std::process::Command;
+use cairn_it::tenant::{key_client, nodectl, nodectl_json};
+use cairn_it::{get_bytes, Node, NodeOptions};
 use std::time::Duration;
 
 fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
@@ -19,41 +19,6 @@ fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.code().unwrap_or("").to_string(),
     }
-}
-
-/// `nodectl ARGS --admin ... --token-file ...`: (exit success, stdout, stderr).
-fn nodectl(node: &Node, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(bin("nodectl"))
-        .args(args)
-        .args(["--admin", &node.admin_addr, "--token-file"])
-        .arg(node.state_dir().join("admin.token"))
-        .output()
-        .expect("nodectl");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn nodectl_json(node: &Node, args: &[&str]) -> serde_json::Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let (ok, out, err) = nodectl(node, &all);
-    assert!(ok, "nodectl {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("nodectl {args:?}: {e}: {out}"))
-}
-
-/// A new key for `user` of `tenant`, as a client.
-fn key_client(node: &Node, tenant: &str, user: &str) -> (Client, String) {
-    let k = nodectl_json(node, &["key", "create", tenant, user]);
-    let (ak, sk) = (
-        k["access_key"].as_str().unwrap(),
-        k["secret_key"].as_str().unwrap(),
-    );
-    assert_eq!(ak.len(), 20);
-    assert_eq!(sk.len(), 40);
-    (node.client_with(ak, sk), ak.to_string())
 }
 
 async fn put(c: &Client, b: &str, k: &str, body: &[u8]) {

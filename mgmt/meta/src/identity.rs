@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 pub(crate) const TENANTS: TableDefinition<u64, &[u8]> = TableDefinition::new("tenants");
 pub(crate) const USERS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("users");
 pub(crate) const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("access_keys");
+/// Tenant id -> its key-encryption key, wrapped ([`TenantKeyRecord`]). Apart from
+/// the tenant records so that the root tenant, which has none, has a key too.
+pub(crate) const TENANT_KEYS: TableDefinition<u64, &[u8]> = TableDefinition::new("tenant_keys");
 
 /// The name a tenant's bucket has in the metadata: bucket names are per tenant
 /// (two tenants may each own `data`). The root tenant's buckets keep their bare
@@ -104,12 +107,47 @@ impl std::fmt::Debug for KeyRecord {
     }
 }
 
+/// A tenant's key-encryption key as the metadata keeps it: wrapped by the master
+/// key `master` names (a fingerprint, not the key). Deleting this record is what
+/// crypto-shreds the tenant: every data key of its extents is wrapped by it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantKeyRecord {
+    /// Written into the header of every chunk sealed under this key.
+    pub key_id: u32,
+    /// The wrapped key, hex.
+    pub wrapped: String,
+    /// The fingerprint of the master key that wrapped it.
+    pub master: String,
+    pub created_ms: i64,
+}
+
+impl std::fmt::Debug for TenantKeyRecord {
+    // Wrapped key material stays out of logs all the same.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TenantKeyRecord(key_id={}, master={})",
+            self.key_id, self.master
+        )
+    }
+}
+
 /// A change to the identities (one arm of [`crate::Mutation::Identity`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum IdentityChange {
     CreateTenant {
         id: u64,
         record: TenantRecord,
+        /// Its key-encryption key; none: its data is stored unencrypted.
+        #[serde(default)]
+        key: Option<TenantKeyRecord>,
+    },
+    /// Gives a tenant (or the root tenant) a key when it has none; a no-op when
+    /// it has one (two nodes giving the root its first key at once agree on the
+    /// first).
+    SetTenantKey {
+        id: u64,
+        key: TenantKeyRecord,
     },
     /// Sets (or with an empty quota, lifts) a tenant's quota.
     SetTenantQuota {
@@ -121,9 +159,14 @@ pub enum IdentityChange {
         id: u64,
         disabled: bool,
     },
-    /// Deletes a tenant with no buckets left, with its users and keys.
+    /// Deletes a tenant with its users, access keys and key-encryption key:
+    /// one with buckets left is refused unless `purge`, which deletes its
+    /// buckets and objects in the same transaction (their chunks, ciphertext
+    /// under the deleted key, are collected in the background).
     DeleteTenant {
         id: u64,
+        #[serde(default)]
+        purge: bool,
     },
     CreateUser {
         tenant: u64,
@@ -163,6 +206,7 @@ pub(crate) fn apply(
     let mut tenants = tx.open_table(TENANTS)?;
     let mut users = tx.open_table(USERS)?;
     let mut keys = tx.open_table(KEYS)?;
+    let mut tenant_keys = tx.open_table(TENANT_KEYS)?;
     let tenant = |t: &redb::Table<u64, &[u8]>, id: u64| -> Result<TenantRecord, MetaError> {
         match t.get(id)? {
             Some(v) => Ok(serde_json::from_slice(v.value())?),
@@ -179,7 +223,7 @@ pub(crate) fn apply(
         }
     };
     match c {
-        IdentityChange::CreateTenant { id, record } => {
+        IdentityChange::CreateTenant { id, record, key } => {
             if *id == ROOT_TENANT || tenants.get(*id)?.is_some() {
                 return Err(MetaError::TenantExists(format!("{id:016x}")));
             }
@@ -190,6 +234,17 @@ pub(crate) fn apply(
                 }
             }
             tenants.insert(*id, json(record)?.as_slice())?;
+            if let Some(k) = key {
+                tenant_keys.insert(*id, json(k)?.as_slice())?;
+            }
+        }
+        IdentityChange::SetTenantKey { id, key } => {
+            if *id != ROOT_TENANT {
+                tenant(&tenants, *id)?;
+            }
+            if tenant_keys.get(*id)?.is_none() {
+                tenant_keys.insert(*id, json(key)?.as_slice())?;
+            }
         }
         IdentityChange::SetTenantDisabled { id, disabled } => {
             let mut t = tenant(&tenants, *id)?;
@@ -201,7 +256,7 @@ pub(crate) fn apply(
             t.quota = *quota;
             tenants.insert(*id, json(&t)?.as_slice())?;
         }
-        IdentityChange::DeleteTenant { id } => {
+        IdentityChange::DeleteTenant { id, .. } => {
             tenant(&tenants, *id)?;
             // Buckets named with a leading `_` are kept by front ends other than
             // S3 (RESP's `_resp.<tenant>`), which a tenant cannot delete through
@@ -233,6 +288,7 @@ pub(crate) fn apply(
                 crate::usage::forget_bucket(tx, *id, &b)?;
             }
             tenants.remove(*id)?;
+            tenant_keys.remove(*id)?;
             let mut names = Vec::new();
             for e in users.range((*id, "")..)? {
                 let (k, _) = e?;
@@ -288,6 +344,11 @@ pub(crate) fn apply(
     Ok(())
 }
 
+/// Whether tenant `id` exists, inside a write transaction.
+pub(crate) fn tenant_exists(tx: &redb::WriteTransaction, id: u64) -> Result<bool, MetaError> {
+    Ok(tx.open_table(TENANTS)?.get(id)?.is_some())
+}
+
 fn remove_keys(
     keys: &mut redb::Table<&str, &[u8]>,
     doomed: impl Fn(&KeyRecord) -> bool,
@@ -312,6 +373,8 @@ pub(crate) struct IdentityDump {
     tenants: Vec<(u64, Vec<u8>)>,
     users: Vec<(u64, String, Vec<u8>)>,
     keys: Vec<(String, Vec<u8>)>,
+    #[serde(default)]
+    tenant_keys: Vec<(u64, Vec<u8>)>,
 }
 
 impl IdentityDump {
@@ -330,6 +393,10 @@ impl IdentityDump {
             let (k, v) = e?;
             d.keys.push((k.value().to_string(), v.value().to_vec()));
         }
+        for e in tx.open_table(TENANT_KEYS)?.iter()? {
+            let (k, v) = e?;
+            d.tenant_keys.push((k.value(), v.value().to_vec()));
+        }
         Ok(d)
     }
 
@@ -338,6 +405,7 @@ impl IdentityDump {
         tx.delete_table(TENANTS)?;
         tx.delete_table(USERS)?;
         tx.delete_table(KEYS)?;
+        tx.delete_table(TENANT_KEYS)?;
         let mut t = tx.open_table(TENANTS)?;
         for (k, v) in &self.tenants {
             t.insert(*k, v.as_slice())?;
@@ -349,6 +417,10 @@ impl IdentityDump {
         let mut t = tx.open_table(KEYS)?;
         for (k, v) in &self.keys {
             t.insert(k.as_str(), v.as_slice())?;
+        }
+        let mut t = tx.open_table(TENANT_KEYS)?;
+        for (k, v) in &self.tenant_keys {
+            t.insert(*k, v.as_slice())?;
         }
         Ok(())
     }
@@ -374,6 +446,29 @@ impl MetaStore {
             Some(v) => Some(serde_json::from_slice(v.value())?),
             None => None,
         })
+    }
+
+    /// The tenant's key-encryption key, wrapped (none: it stores plaintext, or
+    /// it was deleted).
+    pub fn tenant_key(&self, id: u64) -> Result<Option<TenantKeyRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(TENANT_KEYS)?;
+        let v = t.get(id)?;
+        Ok(match v {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// Every tenant key record (the start checks their master key's fingerprint).
+    pub fn tenant_keys(&self) -> Result<Vec<(u64, TenantKeyRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let mut out = Vec::new();
+        for e in tx.open_table(TENANT_KEYS)?.iter()? {
+            let (k, v) = e?;
+            out.push((k.value(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
     }
 
     /// The tenant named `name`, with its id.

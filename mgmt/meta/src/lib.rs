@@ -24,7 +24,8 @@ mod usage;
 
 pub use gc::GcEpoch;
 pub use identity::{
-    bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantRecord, UserRecord,
+    bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantKeyRecord, TenantRecord,
+    UserRecord,
 };
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
@@ -378,6 +379,7 @@ impl MetaStore {
             tx.open_table(identity::TENANTS)?;
             tx.open_table(identity::USERS)?;
             tx.open_table(identity::KEYS)?;
+            tx.open_table(identity::TENANT_KEYS)?;
             tx.open_table(usage::BUCKET_USAGE)?;
             tx.open_table(usage::TENANT_USAGE)?;
             usage::rebuild(&tx, false)?;
@@ -743,6 +745,73 @@ fn committer(db: Arc<Database>, mut rx: tokio::sync::mpsc::Receiver<Job>) {
     }
 }
 
+/// Aborts the uploads in progress into bucket `name`; returns their parts' extents.
+fn drop_uploads(tx: &redb::WriteTransaction, name: &str) -> Result<Vec<Extent>, MetaError> {
+    let mut uploads = tx.open_table(UPLOADS)?;
+    let mut parts = tx.open_table(PARTS)?;
+    let ids: Vec<String> = uploads
+        .range((name, "")..)?
+        .filter_map(|e| e.ok())
+        .take_while(|(k, _)| k.value().0 == name)
+        .map(|(k, _)| k.value().1.to_string())
+        .collect();
+    let mut freed = Vec::new();
+    for id in ids {
+        uploads.remove((name, id.as_str()))?;
+        for (n, p) in read_parts(&parts, &id)? {
+            parts.remove((id.as_str(), n))?;
+            freed.push(p.extent);
+        }
+    }
+    Ok(freed)
+}
+
+/// The most extents a tenant purge hands back for deletion at once; past it the
+/// collector finds them unreferenced (the reply stays small in a cluster).
+const PURGE_FREED_MAX: usize = 10_000;
+
+/// Removes every bucket of tenant `tenant` with its objects and uploads (a
+/// tenant deleted with `purge`: its key goes in the same transaction, so what
+/// is left on the drives is ciphertext no key opens, collected in the
+/// background). Returns the extents to delete now, when few enough.
+fn purge_tenant(
+    tx: &redb::WriteTransaction,
+    buckets: &mut redb::Table<&str, &[u8]>,
+    objects: &mut redb::Table<(&str, &str), &[u8]>,
+    tenant: u64,
+) -> Result<Vec<Extent>, MetaError> {
+    let mut names = Vec::new();
+    for e in buckets.iter()? {
+        let (k, v) = e?;
+        if serde_json::from_slice::<BucketRecord>(v.value())?.tenant == tenant {
+            names.push(k.value().to_string());
+        }
+    }
+    let mut freed = Vec::new();
+    for name in names {
+        let mut keys = Vec::new();
+        for e in objects.range((name.as_str(), "")..)? {
+            let (k, v) = e?;
+            if k.value().0 != name {
+                break;
+            }
+            keys.push(k.value().1.to_string());
+            let rec: ObjectRecord = serde_json::from_slice(v.value())?;
+            freed.extend(rec.extents);
+        }
+        for key in keys {
+            objects.remove((name.as_str(), key.as_str()))?;
+        }
+        freed.extend(drop_uploads(tx, &name)?);
+        buckets.remove(name.as_str())?;
+        usage::forget_bucket(tx, tenant, &name)?;
+    }
+    if freed.len() > PURGE_FREED_MAX {
+        freed.clear();
+    }
+    Ok(freed)
+}
+
 /// Applies one mutation inside the batch's transaction. A mutation that fails its
 /// checks writes nothing, so its failure does not disturb the others in the batch.
 fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError> {
@@ -772,22 +841,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             }
             drop(any);
             // Uploads in progress are aborted with the bucket; their parts freed.
-            let mut uploads = tx.open_table(UPLOADS)?;
-            let mut parts = tx.open_table(PARTS)?;
-            let ids: Vec<String> = uploads
-                .range((name.as_str(), "")..)?
-                .filter_map(|e| e.ok())
-                .take_while(|(k, _)| k.value().0 == name.as_str())
-                .map(|(k, _)| k.value().1.to_string())
-                .collect();
-            let mut freed = Vec::new();
-            for id in ids {
-                uploads.remove((name.as_str(), id.as_str()))?;
-                for (n, p) in read_parts(&parts, &id)? {
-                    parts.remove((id.as_str(), n))?;
-                    freed.push(p.extent);
-                }
-            }
+            let freed = drop_uploads(tx, name)?;
             let tenant = match buckets.remove(name.as_str())? {
                 Some(v) => serde_json::from_slice::<BucketRecord>(v.value())?.tenant,
                 None => return Err(MetaError::NoSuchBucket(name.clone())),
@@ -965,8 +1019,18 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
         Mutation::Identity(c) => {
+            let mut freed = Vec::new();
+            if let IdentityChange::DeleteTenant { id, purge: true } = c {
+                // Checked first: a failed mutation writes nothing.
+                if identity::tenant_exists(tx, *id)? {
+                    freed = purge_tenant(tx, &mut buckets, &mut objects, *id)?;
+                }
+            }
             identity::apply(tx, &mut buckets, &objects, c)?;
-            Ok(Applied::default())
+            Ok(Applied {
+                freed,
+                object: None,
+            })
         }
         Mutation::SetBucketQuota { name, quota } => {
             let mut b: BucketRecord = match buckets.get(name.as_str())? {

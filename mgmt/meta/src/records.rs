@@ -84,6 +84,19 @@ pub struct Extent {
     pub id: u128,
     pub size: u64,
     pub layout: Layout,
+    /// Set: the extent's data fragments are sealed (AES-256-GCM) under a data key
+    /// of its own, kept here wrapped by its tenant's key. Absent: plaintext (a
+    /// tenant without encryption, or written before Cairn encrypted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<Sealed>,
+}
+
+/// How an extent's data key is kept: wrapped by the tenant key `key_id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sealed {
+    pub key_id: u32,
+    /// The wrapped data key, hex.
+    pub key: String,
 }
 
 /// How an extent is protected.
@@ -98,6 +111,9 @@ pub enum Layout {
         /// forged) is never served. Absent in manifests written before Cairn kept it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sum: Option<u32>,
+        /// The AES-GCM tag of the sealed copy (hex), when the extent is sealed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tag: Option<String>,
     },
     /// Stripes of `k` data shards of at most `shard` bytes plus `m` parity shards.
     Erasure {
@@ -120,12 +136,21 @@ pub struct Stripe {
     /// before Cairn kept them (those rely on the drive's record checksums alone).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sums: Vec<u32>,
+    /// In a sealed extent: the AES-GCM tags of the `k` data fragments, hex,
+    /// end to end (parity is computed over ciphertext and carries none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tags: String,
 }
 
 impl Stripe {
     /// The recorded checksum of fragment `frag`, when the manifest has one.
     pub fn sum(&self, frag: usize) -> Option<u32> {
         self.sums.get(frag).copied()
+    }
+
+    /// The tag of data fragment `frag` (hex), in a sealed extent.
+    pub fn tag(&self, frag: usize) -> Option<&str> {
+        self.tags.get(frag * 32..(frag + 1) * 32)
     }
 }
 

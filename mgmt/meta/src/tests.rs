@@ -15,7 +15,9 @@ fn obj(etag: &str, size: u64) -> ObjectRecord {
             layout: Layout::Replicated {
                 drives: vec![0],
                 sum: None,
+                tag: None,
             },
+            sealed: None,
         }],
         part_checksums: Vec::new(),
     }
@@ -194,7 +196,9 @@ async fn multipart_complete_checks_parts() {
                     layout: Layout::Replicated {
                         drives: vec![0],
                         sum: None,
+                        tag: None,
                     },
+                    sealed: None,
                 },
                 checksum: None,
             },
@@ -385,7 +389,8 @@ fn manifests_without_checksums_still_read() {
         r.extents[0].layout,
         Layout::Replicated {
             drives: vec![0, 1],
-            sum: None
+            sum: None,
+            tag: None,
         }
     );
     let Layout::Erasure { stripes, .. } = &r.extents[1].layout else {
@@ -586,4 +591,96 @@ async fn a_metadata_condition_tells_equal_writes_apart() {
         .await;
     assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
     assert!(s.object("b", "k").unwrap().is_some());
+}
+
+fn key_record(master: &str) -> TenantKeyRecord {
+    TenantKeyRecord {
+        key_id: 1,
+        wrapped: "00".repeat(60),
+        master: master.into(),
+        created_ms: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_purged_tenant_goes_with_its_key_buckets_and_objects() {
+    let (_d, s) = store();
+    let id = 7;
+    s.apply(Mutation::Identity(IdentityChange::CreateTenant {
+        id,
+        record: TenantRecord {
+            name: "acme".into(),
+            created_ms: 0,
+            disabled: false,
+            quota: Default::default(),
+        },
+        key: Some(key_record("m1")),
+    }))
+    .await
+    .unwrap();
+    // A second key is not given: the first stays (two nodes racing agree).
+    s.apply(Mutation::Identity(IdentityChange::SetTenantKey {
+        id,
+        key: key_record("m2"),
+    }))
+    .await
+    .unwrap();
+    assert_eq!(s.tenant_key(id).unwrap().unwrap().master, "m1");
+    for b in ["0000000000000007:one", "0000000000000007:two"] {
+        s.apply(Mutation::CreateBucket {
+            name: b.into(),
+            record: BucketRecord {
+                tenant: id,
+                created_ms: 0,
+                location: None,
+                quota: Default::default(),
+            },
+        })
+        .await
+        .unwrap();
+        put(&s, b, "k1").await;
+        put(&s, b, "k2").await;
+    }
+    mkbucket(&s, "other").await;
+    put(&s, "other", "k").await;
+    // Survives a snapshot round trip (a node restored from one has the key).
+    let (snap, _) = s.export().unwrap();
+    let (_d2, s2) = store();
+    s2.import(&snap).unwrap();
+    assert_eq!(s2.tenant_key(id).unwrap().unwrap().master, "m1");
+
+    let e = s
+        .apply(Mutation::Identity(IdentityChange::DeleteTenant {
+            id,
+            purge: false,
+        }))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, MetaError::TenantNotEmpty(_)), "{e}");
+    assert!(
+        s.tenant_key(id).unwrap().is_some(),
+        "a refused delete keeps the key"
+    );
+    let a = s
+        .apply(Mutation::Identity(IdentityChange::DeleteTenant {
+            id,
+            purge: true,
+        }))
+        .await
+        .unwrap();
+    assert_eq!(a.freed.len(), 4, "the purged objects' extents are freed");
+    assert!(s.tenant_key(id).unwrap().is_none());
+    assert!(s.tenant(id).unwrap().is_none());
+    assert!(s.buckets().unwrap().iter().all(|(_, b)| b.tenant != id));
+    assert_eq!(s.tenant_usage(id).unwrap(), Usage::default());
+    // Another tenant's bucket is untouched; a purge of no tenant is refused.
+    assert!(s.object("other", "k").unwrap().is_some());
+    let e = s
+        .apply(Mutation::Identity(IdentityChange::DeleteTenant {
+            id,
+            purge: true,
+        }))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, MetaError::NoSuchTenant(_)), "{e}");
 }

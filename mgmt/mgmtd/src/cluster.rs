@@ -274,7 +274,9 @@ impl ClusterNode {
         fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
         let transport = self.cluster.transport().clone();
         write_members(&transport, &map);
+        let master = crate::keys::for_member(&crate::keys::path(&self.data), &meta, alone).await?;
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
+        store.set_key_provider(Arc::new(master))?;
         if alone {
             collect_before_serving(&store).await;
         }

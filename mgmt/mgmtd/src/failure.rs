@@ -64,8 +64,13 @@ fn cluster_kind(e: &ClusterError) -> ErrorKind {
         ClusterError::NotMember
         | ClusterError::AlreadyMember(_)
         | ClusterError::JoinRefused(_)
-        | ClusterError::Refused(_) => ErrorKind::Conflict,
-        ClusterError::State(_) | ClusterError::Pki(_) => ErrorKind::Internal,
+        | ClusterError::Refused(_)
+        | ClusterError::MasterKey(cairn_envelope::EnvelopeError::MasterKeyExists { .. }) => {
+            ErrorKind::Conflict
+        }
+        ClusterError::State(_) | ClusterError::Pki(_) | ClusterError::MasterKey(_) => {
+            ErrorKind::Internal
+        }
     }
 }
 

@@ -13,6 +13,7 @@ mod cluster;
 mod failpoints;
 mod failure;
 mod gc;
+mod keys;
 mod resp;
 mod scrub;
 mod tenants;
@@ -114,6 +115,8 @@ pub async fn run(cfg: Config, root: RootCredentials) -> Result<(), MgmtError> {
     #[cfg(feature = "failpoints")]
     failpoints::watch(cfg.data.join("failpoints"));
     let meta = MetaStore::open(&cfg.data.join("meta.redb"))?;
+    // A missing or wrong master key stops the start, before anything serves.
+    keys::at_start(&keys::path(&cfg.data), &meta)?;
     let key = cairn_chunkproto::auth::LocalKey::load_or_create(&cfg.datapath_key)
         .map_err(|e| MgmtError::Config(format!("chunk key {}: {e}", cfg.datapath_key.display())))?;
     let local = ChunkClient::local(cfg.datapath.clone(), 4, Duration::from_secs(30), key);
@@ -176,6 +179,7 @@ async fn run_cluster(
         },
         heartbeat: Duration::from_millis(500),
         down_after: opts.down_after,
+        master_key: keys::path(&cfg.data),
     };
     let c = cairn_cluster::Cluster::open(ccfg, meta.clone(), transport)
         .await

@@ -5,12 +5,12 @@
 
 use crate::admin::{App, Body};
 use crate::failure::Failure;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use cairn_adminapi::{
-    BucketView, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled, TenantView,
-    UserView,
+    BucketView, DeleteTenant, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QuotaSpec,
+    SetDisabled, TenantView, UserView,
 };
 use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Quota, Role, TenantRecord, UserRecord};
 use cairn_objects::ObjectStore;
@@ -86,6 +86,7 @@ fn tenant_view(meta: &MetaStore, id: u64, t: TenantRecord) -> Result<TenantView,
         name: t.name,
         created_ms: t.created_ms,
         disabled: t.disabled,
+        key_id: meta.tenant_key(id)?.map(|k| k.key_id),
         users: meta.users(id)?.len(),
         keys: meta.access_keys(id, None)?.len(),
         buckets,
@@ -158,10 +159,15 @@ pub(crate) async fn create(
         disabled: false,
         quota: Default::default(),
     };
+    let key = match req.encrypted {
+        true => Some(store.new_tenant_key(id)?),
+        false => None,
+    };
     store
         .change_identity(IdentityChange::CreateTenant {
             id,
             record: record.clone(),
+            key,
         })
         .await?;
     Ok(Json(tenant_view(store.meta(), id, record)?))
@@ -205,12 +211,13 @@ pub(crate) async fn delete(
     State(app): State<App>,
     headers: HeaderMap,
     Path(named): Path<String>,
+    Query(q): Query<DeleteTenant>,
 ) -> Result<Json<bool>, Failure> {
     app.check(&headers)?;
     let store = current(&app).await?;
     let (id, _) = find_tenant(store.meta(), &named)?;
     store
-        .change_identity(IdentityChange::DeleteTenant { id })
+        .change_identity(IdentityChange::DeleteTenant { id, purge: q.purge })
         .await?;
     Ok(Json(true))
 }

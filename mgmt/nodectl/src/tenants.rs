@@ -14,6 +14,10 @@ pub enum TenantCmd {
     /// Make a tenant: a namespace of buckets with its own users and keys.
     Create {
         name: String,
+        /// Store its data unencrypted (by default each tenant's data is sealed
+        /// under a key of its own).
+        #[arg(long)]
+        no_encryption: bool,
         #[command(flatten)]
         target: Target,
         #[arg(long)]
@@ -46,9 +50,14 @@ pub enum TenantCmd {
         #[command(flatten)]
         target: Target,
     },
-    /// Delete a tenant with its users and keys (refused while it owns buckets).
+    /// Delete a tenant with its users, keys and encryption key (refused while it
+    /// owns buckets, unless --purge).
     Delete {
         tenant: String,
+        /// Delete its buckets and objects too: its key goes at once, so none of
+        /// its data can be decrypted again; the space is freed in the background.
+        #[arg(long)]
+        purge: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -224,10 +233,11 @@ fn print_json<T: serde::Serialize>(v: &T) {
 
 fn tenant_line(t: &TenantView) -> String {
     format!(
-        "{:<20} {}  {:<8} {:>5} users {:>5} keys {:>5} buckets  {} in {} objects, {}  created {}",
+        "{:<20} {}  {:<8} {:<9} {:>5} users {:>5} keys {:>5} buckets  {} in {} objects, {}  created {}",
         t.name,
         t.id,
         if t.disabled { "DISABLED" } else { "enabled" },
+        if t.key_id.is_some() { "encrypted" } else { "plaintext" },
         t.users,
         t.keys,
         t.buckets,
@@ -271,12 +281,21 @@ fn key_line(k: &KeyView) -> String {
 
 pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
     match cmd {
-        TenantCmd::Create { name, target, json } => {
-            let t = target.api()?.tenant_create(&name).await?;
+        TenantCmd::Create {
+            name,
+            no_encryption,
+            target,
+            json,
+        } => {
+            let t = target.api()?.tenant_create(&name, !no_encryption).await?;
             if json {
                 print_json(&t);
             } else {
-                println!("tenant {} created (id {})", t.name, t.id);
+                let sealed = match t.key_id {
+                    Some(_) => "its data encrypted under a key of its own",
+                    None => "its data stored unencrypted",
+                };
+                println!("tenant {} created (id {}), {sealed}", t.name, t.id);
             }
         }
         TenantCmd::List { target, json } => {
@@ -316,9 +335,21 @@ pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
             let t = target.api()?.tenant_set_disabled(&tenant, false).await?;
             println!("tenant {} enabled", t.name);
         }
-        TenantCmd::Delete { tenant, target } => {
-            target.api()?.tenant_delete(&tenant).await?;
-            println!("tenant {tenant} deleted, with its users and keys");
+        TenantCmd::Delete {
+            tenant,
+            purge,
+            target,
+        } => {
+            target.api()?.tenant_delete(&tenant, purge).await?;
+            if purge {
+                println!(
+                    "tenant {tenant} deleted with its buckets, users and keys; its encryption \
+                     key is destroyed (its data can no longer be decrypted) and its space is \
+                     freed in the background"
+                );
+            } else {
+                println!("tenant {tenant} deleted, with its users, keys and encryption key");
+            }
         }
         TenantCmd::Quota {
             tenant,

@@ -25,6 +25,7 @@ mod placement;
 mod read;
 mod repair;
 mod scrub;
+mod sealing;
 mod write;
 
 pub use fabric::{Fabric, Route};
@@ -33,6 +34,7 @@ pub use health::DriveHealth;
 pub use placement::{place, Candidates};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
+pub use sealing::new_tenant_key;
 
 use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};
@@ -90,6 +92,9 @@ pub enum ObjectError {
     /// The write was definitely not committed (its request was fenced off).
     #[error("the write was not committed")]
     NotCommitted,
+    /// A tenant's key is missing, wrong or gone, or sealing failed.
+    #[error("encryption: {0}")]
+    Sealing(String),
     /// Drives refused the data for want of space (before their delete reserve).
     #[error("not enough free space on the drives to store the data")]
     InsufficientStorage,
@@ -272,6 +277,7 @@ pub struct ObjectStore {
     scrub: Scrubber,
     gc: gc::Collector,
     readers: pins::Readers,
+    keyring: sealing::Keyring,
 }
 
 /// Codecs by (k, m), built once: building one inverts nothing but still allocates
@@ -330,6 +336,7 @@ impl ObjectStore {
             scrub: Scrubber::new(cfg.scrub),
             gc: gc::Collector::default(),
             readers: pins::Readers::default(),
+            keyring: sealing::Keyring::default(),
             cfg,
         }))
     }
@@ -698,7 +705,19 @@ impl ObjectStore {
         // The extents stay pinned while the stream lives: a free of them (an
         // overwrite or delete meanwhile) waits for this read to finish.
         let pin = self.readers.pin(rec.extent_ids());
-        read::read_range(self.reader(tenant), rec, start, end)
+        // Keys only for the extents the range touches (a ranged read of a large
+        // multipart object opens one or two).
+        let mut base = 0u64;
+        let touched = rec.extents.iter().map(|e| {
+            let lo = base;
+            base += e.size;
+            (lo < end && lo + e.size > start).then_some(e)
+        });
+        let keys = match self.openers(tenant, touched) {
+            Ok(k) => k,
+            Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
+        };
+        read::read_range(self.reader(tenant), rec, keys, start, end)
             .map(move |b| {
                 let _held = &pin;
                 b

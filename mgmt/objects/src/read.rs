@@ -8,9 +8,10 @@
 //! every byte handed to a client has been verified or rebuilt from verified bytes;
 //! when fewer than k fragments survive, the read fails and no byte is invented.
 
-use crate::{chunk_id, Codecs, Counters, DriveHealth, ObjectError};
+use crate::{chunk_id, sealing, Codecs, Counters, DriveHealth, ObjectError};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
+use cairn_envelope::DataKey;
 use cairn_meta::{matches_sum, Extent, Layout, ObjectRecord, Stripe, UNPLACED};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use std::ops::Range;
@@ -31,6 +32,9 @@ pub(crate) struct Reader {
 /// One unit of reading: a byte range of one stripe (or of one replicated extent).
 struct Piece {
     extent: Arc<Extent>,
+    /// The extent's data key, when it is sealed: fragments are verified as
+    /// ciphertext (their checksums), then opened (their tags).
+    key: Option<Arc<DataKey>>,
     stripe: usize,
     range: Range<usize>,
 }
@@ -38,12 +42,13 @@ struct Piece {
 pub(crate) fn read_range(
     reader: Reader,
     rec: &ObjectRecord,
+    keys: Vec<Option<Arc<DataKey>>>,
     start: u64,
     end: u64,
 ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
     let mut pieces = Vec::new();
     let mut base = 0u64;
-    for e in &rec.extents {
+    for (e, key) in rec.extents.iter().zip(keys) {
         let (lo, hi) = (base, base + e.size);
         base = hi;
         if hi <= start || lo >= end {
@@ -54,6 +59,7 @@ pub(crate) fn read_range(
         match &e.layout {
             Layout::Replicated { .. } => pieces.push(Piece {
                 extent,
+                key,
                 stripe: 0,
                 range: a as usize..b as usize,
             }),
@@ -71,6 +77,7 @@ pub(crate) fn read_range(
                     if pa < pb {
                         pieces.push(Piece {
                             extent: extent.clone(),
+                            key: key.clone(),
                             stripe: s,
                             range: pa as usize..pb as usize,
                         });
@@ -94,7 +101,9 @@ pub(crate) fn read_range(
 impl Reader {
     async fn read_piece(&self, p: Piece) -> Result<Vec<Bytes>, ObjectError> {
         match &p.extent.layout {
-            Layout::Replicated { drives, sum } => self.read_replicated(&p, drives, *sum).await,
+            Layout::Replicated { drives, sum, tag } => {
+                self.read_replicated(&p, drives, *sum, tag.as_deref()).await
+            }
             Layout::Erasure { k, m, stripes, .. } => {
                 self.read_stripe(&p, *k as usize, *m as usize, &stripes[p.stripe])
                     .await
@@ -126,6 +135,7 @@ impl Reader {
         p: &Piece,
         drives: &[u16],
         sum: Option<u32>,
+        tag: Option<&str>,
     ) -> Result<Vec<Bytes>, ObjectError> {
         let id = chunk_id(p.extent.id, 0, 0);
         let mut order: Vec<u16> = drives.to_vec();
@@ -148,6 +158,10 @@ impl Reader {
                         self.counters.degraded_reads.fetch_add(1, Ordering::Relaxed);
                         self.repair(bad.into_iter().map(|d| (d, id, data.clone())).collect());
                     }
+                    let data = match &p.key {
+                        Some(key) => sealing::open(key, 0, 0, data, tag)?,
+                        None => data,
+                    };
                     return Ok(vec![data.slice(p.range.clone())]);
                 }
                 Some(Ok(data)) => {
@@ -193,6 +207,7 @@ impl Reader {
         self.fetch(p, stripe, &wanted, &mut frags, &mut failed)
             .await?;
         if wanted.iter().all(|&i| frags[i].is_some()) {
+            open_wanted(p, stripe, &wanted, &mut frags)?;
             return Ok(slice_range(&frags, shard_len, &p.range));
         }
 
@@ -222,7 +237,8 @@ impl Reader {
             .collect();
         let codec = self.codecs.get(k as u8, m as u8)?;
         codec.reconstruct(&mut shards)?;
-        let rebuilt: Vec<Option<Bytes>> = shards.into_iter().map(|s| s.map(Bytes::from)).collect();
+        let mut rebuilt: Vec<Option<Bytes>> =
+            shards.into_iter().map(|s| s.map(Bytes::from)).collect();
         // Rewrite what was bad on a healthy drive; a failed drive's fragments wait
         // for repair onto another drive.
         let fixes: Vec<_> = failed
@@ -244,6 +260,7 @@ impl Reader {
             })
             .collect();
         self.repair(fixes);
+        open_wanted(p, stripe, &wanted, &mut rebuilt)?;
         Ok(slice_range(&rebuilt, shard_len, &p.range))
     }
 
@@ -362,6 +379,31 @@ pub(crate) fn check_fragment(b: &[u8], shard_len: usize, sum: Option<u32>) -> Re
             FailureCode::Corrupt,
             "fragment does not match the manifest's checksum",
         ));
+    }
+    Ok(())
+}
+
+/// Opens the wanted data fragments of a sealed extent's stripe in place (the
+/// rest, and everything rewritten by repair, stay ciphertext).
+fn open_wanted(
+    p: &Piece,
+    stripe: &Stripe,
+    wanted: &[usize],
+    frags: &mut [Option<Bytes>],
+) -> Result<(), ObjectError> {
+    let Some(key) = &p.key else {
+        return Ok(());
+    };
+    for &i in wanted {
+        if let Some(f) = frags[i].take() {
+            frags[i] = Some(sealing::open(
+                key,
+                p.stripe as u32,
+                i as u8,
+                f,
+                stripe.tag(i),
+            )?);
+        }
     }
     Ok(())
 }

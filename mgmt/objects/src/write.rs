@@ -1,9 +1,11 @@
 //! The write path: a body becomes one extent, replicated or erasure coded.
 
+use crate::sealing::{self, Sealer};
 use crate::Fabric;
 use crate::{chunk_id, place, Candidates, Codecs, ObjectError, ObjectStore, Written};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{FailureCode, Request};
+use cairn_envelope::DataKey;
 use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
@@ -106,6 +108,7 @@ impl ObjectStore {
         };
         let written_in = self.gc_epoch()?;
         let id = rand::random::<u128>() >> 32;
+        let sealer = self.sealer(tenant, id).await?;
         let mut unfinished = Unfinished {
             chunks: self.chunks.clone(),
             tenant,
@@ -123,13 +126,15 @@ impl ObjectStore {
         // Read one byte past the small-object limit to learn which layout applies
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
-        let extent = if buf.len() <= small && body.done {
-            self.write_replicated(&mut unfinished, buf.freeze(), &candidates)
+        let mut extent = if buf.len() <= small && body.done {
+            self.write_replicated(&mut unfinished, buf, sealer.as_ref(), &candidates)
                 .await?
         } else {
-            self.write_erasure(&mut unfinished, &mut body, buf, &candidates)
+            let key = sealer.as_ref().map(|s| (s.key.clone(), s.sealed.key_id));
+            self.write_erasure(&mut unfinished, &mut body, buf, key, &candidates)
                 .await?
         };
+        extent.sealed = sealer.map(|s| s.sealed);
         // From here the caller's commit owns the extent.
         unfinished.armed = false;
         Ok(Written {
@@ -142,10 +147,17 @@ impl ObjectStore {
     async fn write_replicated(
         &self,
         unfinished: &mut Unfinished,
-        data: Bytes,
+        mut data: BytesMut,
+        sealer: Option<&Sealer>,
         candidates: &Candidates,
     ) -> Result<Extent, ObjectError> {
         let (tenant, id) = (unfinished.tenant, unfinished.id);
+        let mut tag = String::new();
+        if let Some(s) = sealer {
+            sealing::seal(&s.key, 0, 0, &mut data, &mut tag);
+        }
+        let key_id = sealer.map_or(0, |s| s.sealed.key_id);
+        let data = data.freeze();
         let copies = self.cfg.replicas as usize;
         let drives = place(id, 0, copies, candidates);
         let quorum = copies.min(2);
@@ -157,7 +169,7 @@ impl ObjectStore {
                 drive,
                 id: cid,
                 tenant,
-                key_id: 0,
+                key_id,
                 payload: data.clone(),
             })
             .collect();
@@ -180,6 +192,7 @@ impl ObjectStore {
                 len,
                 drives: placed,
                 sums: Vec::new(),
+                tags: String::new(),
             })
         }));
         let placed = join(unfinished.inflight.pop_front()).await?.drives;
@@ -189,8 +202,11 @@ impl ObjectStore {
             size: data.len() as u64,
             layout: Layout::Replicated {
                 drives: placed.into_iter().filter(|&d| d != UNPLACED).collect(),
+                // Of what is stored: ciphertext when sealed.
                 sum: Some(crc32c::crc32c(&data)),
+                tag: (!tag.is_empty()).then_some(tag),
             },
+            sealed: None,
         })
     }
 
@@ -199,6 +215,7 @@ impl ObjectStore {
         unfinished: &mut Unfinished,
         body: &mut Body<S>,
         mut buf: BytesMut,
+        key: Option<(Arc<DataKey>, u32)>,
         candidates: &Candidates,
     ) -> Result<Extent, ObjectError>
     where
@@ -221,7 +238,7 @@ impl ObjectStore {
                 break;
             }
             let take = buf.len().min(stripe_bytes);
-            let data = buf.split_to(take).freeze();
+            let data = buf.split_to(take);
             size += data.len() as u64;
             let drives = place(id, index, k as usize + m as usize, candidates);
             unfinished.stripes.push(Planned::Fragments(drives.clone()));
@@ -230,6 +247,7 @@ impl ObjectStore {
                 health: self.health.clone(),
                 codecs: self.codecs.clone(),
                 tenant,
+                key: key.clone(),
                 id,
                 index,
                 k,
@@ -265,6 +283,7 @@ impl ObjectStore {
                 shard: self.cfg.shard_size as u32,
                 stripes,
             },
+            sealed: None,
         })
     }
 }
@@ -353,6 +372,9 @@ struct StripeJob {
     health: Arc<crate::DriveHealth>,
     codecs: Arc<Codecs>,
     tenant: u64,
+    /// Set: data fragments are sealed under this extent key (and its tenant
+    /// key's id goes in the chunk headers).
+    key: Option<(Arc<DataKey>, u32)>,
     id: u128,
     index: u32,
     k: u8,
@@ -362,23 +384,29 @@ struct StripeJob {
 }
 
 impl StripeJob {
-    async fn run(self, data: Bytes) -> Result<Stripe, ObjectError> {
+    async fn run(self, mut data: BytesMut) -> Result<Stripe, ObjectError> {
         let (k, m) = (self.k as usize, self.m as usize);
         let len = data.len();
         let shard_len = len.div_ceil(k).max(1);
         let codec = self.codecs.get(self.k, self.m)?;
         let mut frags: Vec<Bytes> = Vec::with_capacity(k + m);
+        let mut tags = String::new();
         for i in 0..k {
-            let start = (i * shard_len).min(len);
-            let end = ((i + 1) * shard_len).min(len);
-            if end - start == shard_len {
-                frags.push(data.slice(start..end));
+            let mut frag = if data.len() >= shard_len {
+                data.split_to(shard_len)
             } else {
                 // Only the tail of the last stripe is padded (and so copied).
-                let mut v = vec![0u8; shard_len];
-                v[..end - start].copy_from_slice(&data[start..end]);
-                frags.push(Bytes::from(v));
+                let mut v = BytesMut::zeroed(shard_len);
+                v[..data.len()].copy_from_slice(&data);
+                data.clear();
+                v
+            };
+            // Sealed in place, before parity: parity, repair and the drives only
+            // ever see ciphertext.
+            if let Some((key, _)) = &self.key {
+                sealing::seal(key, self.index, i as u8, &mut frag, &mut tags);
             }
+            frags.push(frag.freeze());
         }
         if m > 0 {
             let mut parity = vec![vec![0u8; shard_len]; m];
@@ -405,7 +433,7 @@ impl StripeJob {
                 drive,
                 id: chunk_id(self.id, self.index, f as u8),
                 tenant: self.tenant,
-                key_id: 0,
+                key_id: self.key.as_ref().map_or(0, |(_, id)| *id),
                 payload,
             });
         }
@@ -433,6 +461,7 @@ impl StripeJob {
             len: len as u32,
             drives: placed,
             sums,
+            tags,
         })
     }
 }

@@ -22,6 +22,7 @@ pub async fn member() -> Member {
     let meta = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
     let cfg = ClusterConfig {
         state_dir: dir.path().join("raft"),
+        master_key: dir.path().join("master.key"),
         advert: NodeAdvert {
             id: 0,
             internal: addr.clone(),

@@ -362,7 +362,7 @@ impl ObjectStore {
             return Ok(Fix::Gone);
         };
         let data = match &e.layout {
-            Layout::Replicated { drives, sum } => {
+            Layout::Replicated { drives, sum, .. } => {
                 if !drives.contains(&c.drive) {
                     return Ok(Fix::Gone);
                 }
@@ -451,7 +451,7 @@ fn fragments_to_check(
     let mut out = Vec::new();
     for e in &rec.extents {
         match &e.layout {
-            Layout::Replicated { drives, sum } => {
+            Layout::Replicated { drives, sum, .. } => {
                 for &d in drives.iter().filter(|d| own.contains(d)) {
                     out.push(Check {
                         bucket,
