@@ -135,6 +135,21 @@ def table(raw, meta_path):
                 f"{c.get('errors', '–')}/{g.get('errors', '–')} |"
             )
     L.append("")
+    L.append("## C. Encryption at rest: its cost")
+    L.append("")
+    L.append("| workload | sealed (root tenant) MB/s | plaintext tenant MB/s | sealed / plaintext |")
+    L.append("|---|---|---|---|")
+    for op in ("put", "get"):
+        c = num(r.get(("s3", "cairn", op, "16MiB"), {}), "mbps")
+        p = num(r.get(("s3", "cairn-plain", op, "16MiB"), {}), "mbps")
+        L.append(f"| {op.upper()} 16MiB | {fmt(c, 'MB/s')} | {fmt(p, 'MB/s')} | {ratio(c, p)} |")
+    L.append("")
+    L.append("| one core, 1 MiB buffers | GB/s | / memcpy |")
+    L.append("|---|---|---|")
+    for name in ("memcpy", "ring-seal", "ring-open+copy", "aws-lc-rs-seal", "aws-lc-rs-open+copy"):
+        x = r.get(("aead", name), {})
+        L.append(f"| {name} | {x.get('gbps', '–')} | {x.get('ratio_memcpy', '–')} |")
+    L.append("")
     L.append("Ratios: A = Cairn / fio (IOPS or MB/s); B = Cairn / Garage (ops/s for 4 KiB, MB/s otherwise). "
              "MB = 10^6 bytes.")
     print("\n".join(L))

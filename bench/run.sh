@@ -31,6 +31,11 @@
 #         lmdb, data_fsync = true, metadata_fsync = true, compression off (the data is
 #         random). Missing binary -> "garage: unavailable (reason)", Cairn still runs.
 #
+#  C. Encryption's cost: S3 PUT/GET of 16 MiB objects as the root (sealed, the
+#     default) and as a tenant made with --no-encryption, same node, same client;
+#     and bench/chunkbench's aeadbench: AES-256-GCM seal and open of 1 MiB buffers
+#     on one core with ring (what Cairn uses) and aws-lc-rs, beside memcpy.
+#
 # Environment:
 #   BENCH_DIR   scratch directory on ext4 (default /var/tmp/cairn-bench; tmpfs refused)
 #   GARAGE      garage binary (default /opt/garage/bin/garage)
@@ -112,7 +117,7 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   (cd "$ROOT" && cargo build --release --bins) > "$OUT/logs/build.log" 2>&1 \
     || { echo "build failed: see $OUT/logs/build.log" >&2; tail -20 "$OUT/logs/build.log" >&2; exit 1; }
 fi
-for b in datapathd mgmtd nodectl chunkbench; do
+for b in datapathd mgmtd nodectl chunkbench aeadbench; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b" >&2; exit 1; }
 done
 
@@ -170,6 +175,21 @@ if wait_port 127.0.0.1 "$CPORT" 120; then
   "${S3PY[@]}" --endpoint "http://127.0.0.1:$CPORT" --access-key "$CAIRN_ROOT_ACCESS_KEY" \
     --secret-key "$CAIRN_ROOT_SECRET_KEY" --region us-east-1 --create-bucket --label cairn \
     2> "$OUT/logs/s3bench-cairn.err" | tee -a "$RAW" >&2 || log "cairn s3bench failed; see logs"
+  # C. Encryption's cost: the same 16 MiB PUT/GET as a tenant made with
+  # --no-encryption (the root's data above is sealed, as every tenant's by default).
+  log "C: Cairn 16 MiB PUT/GET, encryption off (a --no-encryption tenant)"
+  NC() { "$BIN/nodectl" "$@" --data "$CDIR"; }
+  if NC tenant create plain --no-encryption >> "$OUT/logs/nodectl.log" 2>&1 \
+     && NC user create plain bench >> "$OUT/logs/nodectl.log" 2>&1 \
+     && PKEY=$(NC key create plain bench --json 2>> "$OUT/logs/nodectl.log"); then
+    PAK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["access_key"])' <<< "$PKEY")
+    PSK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["secret_key"])' <<< "$PKEY")
+    "${S3PY[@]}" --endpoint "http://127.0.0.1:$CPORT" --access-key "$PAK" --secret-key "$PSK" \
+      --region us-east-1 --create-bucket --label cairn-plain --sizes 16MiB \
+      2> "$OUT/logs/s3bench-cairn-plain.err" | tee -a "$RAW" >&2 || log "plain s3bench failed; see logs"
+  else
+    log "could not make the plaintext tenant; see $OUT/logs/nodectl.log"
+  fi
 else
   log "Cairn S3 did not come up; see $OUT/logs/nodectl.log"
 fi
@@ -233,5 +253,8 @@ fi
 meta garage "$GSTATUS"
 meta load_after "$(cut -d' ' -f1-3 /proc/loadavg)"
 meta duration "$(( $(date +%s) - T0 )) s"
+
+log "C: AES-256-GCM on one core, ring and aws-lc-rs, beside memcpy"
+"$BIN/aeadbench" "$([ "$QUICK" = 1 ] && echo 1 || echo 3)" | tee -a "$RAW" >&2
 
 python3 "$ROOT/bench/report.py" table "$RAW" "$META" | tee "$OUT/results.md"

@@ -61,15 +61,15 @@ fn random_key() -> Result<Zeroizing<[u8; KEY_LEN]>, EnvelopeError> {
     Ok(k)
 }
 
-/// Seals `key` under `with`: random nonce, then ciphertext and tag.
-fn wrap(with: &LessSafeKey, aad: &[u8], key: &[u8; KEY_LEN]) -> Result<Vec<u8>, EnvelopeError> {
+/// Seals `plain` under `with`: random nonce, then ciphertext and tag.
+fn seal_bytes(with: &LessSafeKey, aad: &[u8], plain: &[u8]) -> Result<Vec<u8>, EnvelopeError> {
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new()
         .fill(&mut nonce)
         .map_err(|_| EnvelopeError::Random)?;
-    let mut out = Vec::with_capacity(WRAPPED_LEN);
+    let mut out = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
     out.extend_from_slice(&nonce);
-    out.extend_from_slice(key);
+    out.extend_from_slice(plain);
     let tag = with
         .seal_in_place_separate_tag(
             Nonce::assume_unique_for_key(nonce),
@@ -81,6 +81,32 @@ fn wrap(with: &LessSafeKey, aad: &[u8], key: &[u8; KEY_LEN]) -> Result<Vec<u8>, 
     Ok(out)
 }
 
+fn open_bytes(
+    with: &LessSafeKey,
+    aad: &[u8],
+    wrapped: &[u8],
+    what: &'static str,
+) -> Result<Zeroizing<Vec<u8>>, EnvelopeError> {
+    if wrapped.len() < NONCE_LEN + TAG_LEN {
+        return Err(EnvelopeError::WrappedLength(wrapped.len()));
+    }
+    let (nonce, rest) = wrapped.split_at(NONCE_LEN);
+    let nonce =
+        Nonce::try_assume_unique_for_key(nonce).map_err(|_| EnvelopeError::Unwrap { what })?;
+    let mut buf = Zeroizing::new(rest.to_vec());
+    let n = with
+        .open_in_place(nonce, Aad::from(aad), &mut buf[..])
+        .map_err(|_| EnvelopeError::Unwrap { what })?
+        .len();
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// Seals a key under `with` (see [`seal_bytes`]).
+fn wrap(with: &LessSafeKey, aad: &[u8], key: &[u8; KEY_LEN]) -> Result<Vec<u8>, EnvelopeError> {
+    seal_bytes(with, aad, key)
+}
+
 fn unwrap(
     with: &LessSafeKey,
     aad: &[u8],
@@ -90,15 +116,9 @@ fn unwrap(
     if wrapped.len() != WRAPPED_LEN {
         return Err(EnvelopeError::WrappedLength(wrapped.len()));
     }
-    let (nonce, rest) = wrapped.split_at(NONCE_LEN);
-    let nonce =
-        Nonce::try_assume_unique_for_key(nonce).map_err(|_| EnvelopeError::Unwrap { what })?;
-    let mut buf = Zeroizing::new(rest.to_vec());
-    let plain = with
-        .open_in_place(nonce, Aad::from(aad), &mut buf[..])
-        .map_err(|_| EnvelopeError::Unwrap { what })?;
+    let plain = open_bytes(with, aad, wrapped, what)?;
     let mut k = Zeroizing::new([0u8; KEY_LEN]);
-    k.copy_from_slice(plain);
+    k.copy_from_slice(&plain);
     Ok(k)
 }
 
@@ -110,6 +130,13 @@ pub trait KeyProvider: Send + Sync {
     fn fingerprint(&self) -> &str;
     fn wrap_tenant_key(&self, tenant: u64, key: &TenantKey) -> Result<Vec<u8>, EnvelopeError>;
     fn unwrap_tenant_key(&self, tenant: u64, wrapped: &[u8]) -> Result<TenantKey, EnvelopeError>;
+    /// Seals a short secret (an access key's) bound to `name` (the key's id).
+    fn wrap_secret(&self, name: &str, secret: &[u8]) -> Result<Vec<u8>, EnvelopeError>;
+    fn unwrap_secret(
+        &self,
+        name: &str,
+        wrapped: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, EnvelopeError>;
 }
 
 /// The cluster's master key, kept in a file of its own (hex, mode 0600).
@@ -215,6 +242,24 @@ impl KeyProvider for MasterKey {
         let raw = unwrap(&self.key, &tenant_aad(tenant), wrapped, "tenant key")?;
         Ok(TenantKey::from_raw(raw))
     }
+
+    fn wrap_secret(&self, name: &str, secret: &[u8]) -> Result<Vec<u8>, EnvelopeError> {
+        seal_bytes(&self.key, &secret_aad(name), secret)
+    }
+
+    fn unwrap_secret(
+        &self,
+        name: &str,
+        wrapped: &[u8],
+    ) -> Result<Zeroizing<Vec<u8>>, EnvelopeError> {
+        open_bytes(&self.key, &secret_aad(name), wrapped, "secret")
+    }
+}
+
+fn secret_aad(name: &str) -> Vec<u8> {
+    let mut a = b"cairn secret ".to_vec();
+    a.extend_from_slice(name.as_bytes());
+    a
 }
 
 /// A tenant's key-encryption key.

@@ -85,4 +85,10 @@ fn master_key_file_is_private_and_never_overwritten() {
     std::fs::write(&path, "not hex").unwrap();
     assert!(MasterKey::load(&path).is_err());
     assert!(MasterKey::from_hex(&m.to_hex()).is_some());
+    // Secrets: bound to their name, opened only by their master key.
+    let w = m.wrap_secret("CKEY1", b"the secret").unwrap();
+    assert_eq!(&m.unwrap_secret("CKEY1", &w).unwrap()[..], b"the secret");
+    assert!(m.unwrap_secret("CKEY2", &w).is_err());
+    assert!(other.unwrap_secret("CKEY1", &w).is_err());
+    assert!(m.unwrap_secret("CKEY1", &w[..10]).is_err());
 }

@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 pub const ACCESS_KEY: &str = "CAIRNTESTACCESSKEY01";
 pub const SECRET_KEY: &str = "cairn-test-secret-key-0123456789abcdefgh";
+/// mgmtd's environment for a node that keeps the root's objects unencrypted
+/// (tests that find and damage known bytes on the drives).
+pub const PLAINTEXT_ROOT: (&str, &str) = ("CAIRN_ROOT_PLAINTEXT", "true");
 
 /// Where the daemons' binaries are.
 pub fn bin(name: &str) -> PathBuf {

@@ -4,7 +4,7 @@
 
 use cairn_it::{
     find_on_drives, flip, get_bytes as get, md5_hex, put_bytes as put, random_bytes, Node,
-    NodeOptions,
+    NodeOptions, PLAINTEXT_ROOT,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -131,6 +131,8 @@ fn counter(node: &Node, name: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_bytes_are_detected_rebuilt_and_rewritten() {
     let node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });
@@ -183,6 +185,8 @@ async fn flipped_bytes_are_detected_rebuilt_and_rewritten() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_bad_fragments_is_an_error_never_wrong_bytes() {
     let node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });

@@ -7,6 +7,7 @@ use cairn_blockdev::UringDevice;
 use cairn_chunkstore::{ChunkStore, WriteOp};
 use cairn_it::{
     find_on_drives, flip, get_bytes as get, put_bytes as put, random_bytes, Node, NodeOptions,
+    PLAINTEXT_ROOT,
 };
 
 /// 2+2 with 1 MiB fragments (the default on four drives).
@@ -38,6 +39,8 @@ async fn scrub_once(node: &Node) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_scrub_pass_rebuilds_rotten_data_parity_and_replicas() {
     let node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });
@@ -132,6 +135,8 @@ fn forge_chunk(node: &Node, prefix: &[u8]) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_fragment_is_never_served_and_the_scrubber_replaces_it() {
     let mut node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });
@@ -173,6 +178,8 @@ async fn a_forged_fragment_is_never_served_and_the_scrubber_replaces_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn damage_found_at_start_is_scrubbed_without_being_asked() {
     let mut node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });
@@ -249,6 +256,8 @@ async fn damage_found_at_start_is_scrubbed_without_being_asked() {
 async fn hundreds_of_random_flips_then_one_pass_leaves_nothing_bad() {
     use rand::{Rng, SeedableRng};
     let mut node = Node::start(NodeOptions {
+        // The faults are aimed at plaintext bytes found on the drives.
+        mgmtd_env: vec![PLAINTEXT_ROOT],
         drive_size: "64M",
         ..Default::default()
     });

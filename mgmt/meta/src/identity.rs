@@ -87,12 +87,18 @@ pub struct UserRecord {
 
 /// An access key: whose it is, and the secret SigV4 signatures are checked with
 /// (SigV4 derives its signing key from the secret itself, so the secret, not a
-/// hash of it, must be at hand).
+/// hash of it, must be at hand). The secret is kept wrapped by the cluster's
+/// master key (`sealed_secret`); keys made before Cairn wrapped them keep it in
+/// `secret` as it was.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyRecord {
     pub tenant: u64,
     pub user: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub secret: String,
+    /// The secret wrapped by the master key (hex; AAD: the access key).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sealed_secret: String,
     pub created_ms: i64,
 }
 

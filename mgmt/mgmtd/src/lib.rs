@@ -271,6 +271,10 @@ async fn run_cluster(
             };
             match store {
                 Ok(store) => {
+                    // Tenants' access-key secrets are wrapped by the master key.
+                    if let Some(p) = store.key_provider() {
+                        keys.set_key_provider(p);
+                    }
                     let (reached, of) = store.wait_for_fabric(Duration::from_secs(10)).await;
                     if reached < of {
                         tracing::warn!("serving S3 with {reached} of {of} up drives reachable");

@@ -347,7 +347,8 @@ pub(crate) async fn create_key(
             record: KeyRecord {
                 tenant: id,
                 user: user.clone(),
-                secret: secret_key.clone(),
+                secret: String::new(),
+                sealed_secret: store.seal_secret(&access_key, &secret_key)?,
                 created_ms: cairn_meta::now_ms(),
             },
         })

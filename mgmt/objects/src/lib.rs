@@ -127,6 +127,10 @@ pub struct StoreConfig {
     pub scrub: ScrubConfig,
     /// The collector's schedule and pace.
     pub gc: GcConfig,
+    /// Whether the root tenant's new data is sealed (tenants choose their own
+    /// at creation). On by default; off for a node whose drives are protected
+    /// otherwise, or for tests that look for plaintext on the drives.
+    pub seal_root: bool,
 }
 
 impl StoreConfig {
@@ -148,6 +152,7 @@ impl StoreConfig {
             abandoned_upload_age: Some(std::time::Duration::from_secs(24 * 3600)),
             scrub: ScrubConfig::default(),
             gc: GcConfig::default(),
+            seal_root: true,
         }
     }
 
@@ -886,7 +891,13 @@ impl ObjectStore {
     /// Applies a change to the tenants, users or keys through the metadata log
     /// (replicated in a cluster).
     pub async fn change_identity(&self, c: cairn_meta::IdentityChange) -> Result<(), ObjectError> {
-        self.commit(cairn_meta::ROOT_TENANT, Mutation::Identity(c), Vec::new())
+        // A purged tenant's extents are freed under its own id (the drives
+        // check the tenant of every chunk they delete).
+        let tenant = match &c {
+            cairn_meta::IdentityChange::DeleteTenant { id, .. } => *id,
+            _ => cairn_meta::ROOT_TENANT,
+        };
+        self.commit(tenant, Mutation::Identity(c), Vec::new())
             .await?;
         // Applied here too before the caller answers: a key revoked through this
         // node is refused by this node from the answer on.

@@ -35,6 +35,22 @@ impl ObjectStore {
             .map_err(|_| ObjectError::Config("the key provider is set already".into()))
     }
 
+    /// The key provider, once set (the front ends unwrap access keys' secrets).
+    pub fn key_provider(&self) -> Option<Arc<dyn KeyProvider>> {
+        self.keyring.provider.get().cloned()
+    }
+
+    /// An access key's secret wrapped for its record (hex).
+    pub fn seal_secret(&self, access_key: &str, secret: &str) -> Result<String, ObjectError> {
+        let provider = self.keyring.provider.get().ok_or_else(|| {
+            ObjectError::Sealing("this node has no master key to wrap a secret with".into())
+        })?;
+        let w = provider
+            .wrap_secret(access_key, secret.as_bytes())
+            .map_err(sealing)?;
+        Ok(hex::encode(w))
+    }
+
     /// A new key-encryption key for `tenant`, wrapped by this node's provider.
     pub fn new_tenant_key(&self, tenant: u64) -> Result<TenantKeyRecord, ObjectError> {
         let provider = self.keyring.provider.get().ok_or_else(|| {
@@ -53,6 +69,9 @@ impl ObjectStore {
         let Some(provider) = self.keyring.provider.get() else {
             return Ok(None);
         };
+        if tenant == ROOT_TENANT && !self.cfg.seal_root {
+            return Ok(None);
+        }
         let rec = match self.meta.tenant_key(tenant)? {
             Some(r) => r,
             None if tenant == ROOT_TENANT => {

@@ -8,12 +8,13 @@
 //! front of every operation, refuses anonymous requests, disabled users and
 //! tenants, and writes by read-only users (`AccessDenied`).
 
-use cairn_meta::{MetaStore, Role};
+use cairn_envelope::KeyProvider;
+use cairn_meta::{KeyRecord, MetaStore, Role};
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One static access key (the root's).
 #[derive(Clone)]
@@ -29,6 +30,12 @@ impl std::fmt::Debug for Credential {
     }
 }
 
+/// Where a key's secret is: the root's in memory, a tenant key's in its record.
+enum Held {
+    Fixed(String),
+    Record(KeyRecord),
+}
+
 /// Who an access key acts as.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
@@ -41,10 +48,18 @@ pub struct Identity {
 }
 
 /// The credential table: static keys, then the tenants' keys in the metadata.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Keys {
     fixed: Arc<HashMap<String, Credential>>,
     meta: Option<MetaStore>,
+    /// What unwraps tenant keys' secrets: set once the node has its master key.
+    unwrapper: Arc<OnceLock<Arc<dyn KeyProvider>>>,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Keys({} fixed)", self.fixed.len())
+    }
 }
 
 impl Keys {
@@ -52,6 +67,34 @@ impl Keys {
         Keys {
             fixed: Arc::new(keys),
             meta: None,
+            unwrapper: Default::default(),
+        }
+    }
+
+    /// Sets what opens the tenant keys' wrapped secrets (every clone sees it).
+    pub fn set_key_provider(&self, p: Arc<dyn KeyProvider>) {
+        let _ = self.unwrapper.set(p);
+    }
+
+    /// A key record's secret: unwrapped, or as kept by older versions.
+    fn secret(&self, access_key: &str, k: &KeyRecord) -> Option<String> {
+        if k.sealed_secret.is_empty() {
+            return Some(k.secret.clone());
+        }
+        let Some(p) = self.unwrapper.get() else {
+            tracing::warn!("access key {access_key}: no master key yet to open its secret");
+            return None;
+        };
+        let opened = hex::decode(&k.sealed_secret)
+            .map_err(|e| e.to_string())
+            .and_then(|w| p.unwrap_secret(access_key, &w).map_err(|e| e.to_string()))
+            .and_then(|s| String::from_utf8(s.to_vec()).map_err(|e| e.to_string()));
+        match opened {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("access key {access_key}: its secret does not open: {e}");
+                None
+            }
         }
     }
 
@@ -61,8 +104,8 @@ impl Keys {
         self
     }
 
-    /// The key's secret and identity, if the key exists.
-    fn lookup(&self, access_key: &str) -> Option<(String, Identity)> {
+    /// The key's identity and where its secret is, if the key exists.
+    fn lookup(&self, access_key: &str) -> Option<(Held, Identity)> {
         if let Some(c) = self.fixed.get(access_key) {
             let id = Identity {
                 tenant: c.tenant,
@@ -70,18 +113,18 @@ impl Keys {
                 role: Role::Admin,
                 disabled: false,
             };
-            return Some((c.secret.clone(), id));
+            return Some((Held::Fixed(c.secret.clone()), id));
         }
         let meta = self.meta.as_ref()?;
         match meta.key_holder(access_key) {
             Ok(found) => found.map(|(k, user, tenant)| {
                 let id = Identity {
                     tenant: k.tenant,
-                    user: Some(k.user),
+                    user: Some(k.user.clone()),
                     role: user.role,
                     disabled: user.disabled || tenant.disabled,
                 };
-                (k.secret, id)
+                (Held::Record(k), id)
             }),
             Err(e) => {
                 tracing::warn!("access key lookup: {e}");
@@ -90,12 +133,23 @@ impl Keys {
         }
     }
 
+    /// The key's secret and identity (the secret unwrapped only here, where a
+    /// signature or password is checked).
+    fn lookup_secret(&self, access_key: &str) -> Option<(String, Identity)> {
+        let (held, id) = self.lookup(access_key)?;
+        let secret = match held {
+            Held::Fixed(s) => s,
+            Held::Record(k) => self.secret(access_key, &k)?,
+        };
+        Some((secret, id))
+    }
+
     /// Who `access_key` is if `secret` is its secret and the key is enabled: for
     /// front ends that take a password rather than a signature (RESP's `AUTH`).
     /// The comparison does not stop at the first differing byte, so timing does
     /// not leak it.
     pub fn verify(&self, access_key: &str, secret: &str) -> Option<Identity> {
-        let (s, id) = self.lookup(access_key)?;
+        let (s, id) = self.lookup_secret(access_key)?;
         let (a, b) = (s.as_bytes(), secret.as_bytes());
         let diff = a
             .iter()
@@ -118,7 +172,7 @@ impl Keys {
 #[async_trait::async_trait]
 impl S3Auth for Keys {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
-        match self.lookup(access_key) {
+        match self.lookup_secret(access_key) {
             Some((secret, _)) => Ok(SecretKey::from(secret.as_str())),
             None => Err(s3_error!(InvalidAccessKeyId)),
         }

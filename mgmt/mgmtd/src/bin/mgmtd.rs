@@ -70,6 +70,10 @@ struct Args {
     /// aborted and its parts freed (0: never).
     #[arg(long, env = "CAIRN_ABORT_UPLOADS_AFTER", default_value_t = 24 * 3600)]
     abort_uploads_after: u64,
+    /// Store the root key's new objects unencrypted (tenants choose at creation;
+    /// by default everything is encrypted at rest).
+    #[arg(long, env = "CAIRN_ROOT_PLAINTEXT")]
+    root_plaintext: bool,
     /// The scrubber's ceiling, in MiB read per second (a quarter of it while
     /// clients are active).
     #[arg(long, env = "CAIRN_SCRUB_RATE_MIB", default_value_t = 64)]
@@ -126,6 +130,7 @@ async fn main() -> std::process::ExitCode {
     store.abandoned_upload_age = (args.abort_uploads_after > 0)
         .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
     store.free_grace = std::time::Duration::from_secs(args.free_grace);
+    store.seal_root = !args.root_plaintext;
     store.scrub = cairn_objects::ScrubConfig {
         rate: args.scrub_rate_mib.max(1) << 20,
         every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),
