@@ -241,3 +241,49 @@ fn start_fails(node: &mut Node) -> String {
             .unwrap_or_else(|| "a panic without a message".into()),
     }
 }
+
+/// A node that never held a tenant key still has a master key the cluster
+/// recorded, and access keys' secrets wrapped by it: with the file gone or
+/// replaced it refuses to start instead of making a new one (which would open
+/// none of the secrets, and split a cluster between two keys).
+#[tokio::test]
+async fn a_lost_master_key_is_never_silently_replaced() {
+    let mut node = Node::start(NodeOptions {
+        mgmtd_env: vec![cairn_it::PLAINTEXT_ROOT],
+        ..NodeOptions::default()
+    });
+    nodectl_json(&node, &["tenant", "create", "plain", "--no-encryption"]);
+    nodectl_json(&node, &["user", "create", "plain", "pat"]);
+    let (pat, _) = key_client(&node, "plain", "pat");
+    pat.create_bucket().bucket("kept").send().await.unwrap();
+    put(&pat, "kept", "k", b"kept").await;
+    // Purging a plaintext tenant promises no crypto-shredding.
+    let (ok, out, err) = nodectl(&node, &["tenant", "delete", "plain", "--purge"]);
+    assert!(ok && out.contains("in the clear"), "{out}{err}");
+    nodectl_json(&node, &["tenant", "create", "plain2", "--no-encryption"]);
+    nodectl_json(&node, &["user", "create", "plain2", "pat"]);
+    let (pat, _) = key_client(&node, "plain2", "pat");
+    pat.create_bucket().bucket("kept").send().await.unwrap();
+    put(&pat, "kept", "k", b"kept").await;
+
+    node.stop();
+    let path = node.state_dir().join("master.key");
+    let good = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let why = start_fails(&mut node);
+    assert!(
+        why.contains("missing") && why.contains("the cluster's master key is"),
+        "{why}"
+    );
+    assert!(!path.exists(), "a missing master key must not be replaced");
+    std::fs::write(&path, "cd".repeat(32)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let why = start_fails(&mut node);
+    assert!(why.contains("is not the one the cluster recorded"), "{why}");
+    std::fs::write(&path, &good).unwrap();
+    node.start_datapathd();
+    node.start_mgmtd();
+    // The key made before the restarts still signs.
+    assert_eq!(get_bytes(&pat, "kept", "k").await.unwrap(), b"kept");
+}

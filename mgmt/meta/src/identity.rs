@@ -16,6 +16,8 @@ pub(crate) const KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("acce
 /// Tenant id -> its key-encryption key, wrapped ([`TenantKeyRecord`]). Apart from
 /// the tenant records so that the root tenant, which has none, has a key too.
 pub(crate) const TENANT_KEYS: TableDefinition<u64, &[u8]> = TableDefinition::new("tenant_keys");
+/// The system record holding the master key's fingerprint.
+const MASTER_KEY: &str = "master_key";
 
 /// The name a tenant's bucket has in the metadata: bucket names are per tenant
 /// (two tenants may each own `data`). The root tenant's buckets keep their bare
@@ -160,6 +162,13 @@ pub enum IdentityChange {
         id: u64,
         quota: crate::Quota,
     },
+    /// Records the fingerprint of the cluster's master key, once: the first
+    /// node to offer one sets it; the same again is a no-op; another is refused
+    /// ([`MetaError::MasterKeyMismatch`]). Nodes offer theirs before wrapping
+    /// anything, so everything in the metadata is wrapped by one key.
+    SetMasterKey {
+        fingerprint: String,
+    },
     /// Enables or disables a tenant.
     SetTenantDisabled {
         id: u64,
@@ -250,6 +259,24 @@ pub(crate) fn apply(
             }
             if tenant_keys.get(*id)?.is_none() {
                 tenant_keys.insert(*id, json(key)?.as_slice())?;
+            }
+        }
+        IdentityChange::SetMasterKey { fingerprint } => {
+            let mut system = tx.open_table(crate::SYSTEM)?;
+            let recorded = system
+                .get(MASTER_KEY)?
+                .map(|v| String::from_utf8_lossy(v.value()).into_owned());
+            match recorded {
+                None => {
+                    system.insert(MASTER_KEY, fingerprint.as_bytes())?;
+                }
+                Some(r) if r == *fingerprint => {}
+                Some(cluster) => {
+                    return Err(MetaError::MasterKeyMismatch {
+                        cluster,
+                        offered: fingerprint.clone(),
+                    })
+                }
             }
         }
         IdentityChange::SetTenantDisabled { id, disabled } => {
@@ -475,6 +502,27 @@ impl MetaStore {
             out.push((k.value(), serde_json::from_slice(v.value())?));
         }
         Ok(out)
+    }
+
+    /// The fingerprint of the cluster's master key, once a node recorded it.
+    pub fn master_key(&self) -> Result<Option<String>, MetaError> {
+        Ok(self
+            .system(MASTER_KEY)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
+
+    /// One access key whose secret is wrapped by the master key, if any: the
+    /// key file can be tried on it (secrets do not name their master key).
+    pub fn a_sealed_secret(&self) -> Result<Option<(String, String)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        for e in tx.open_table(KEYS)?.iter()? {
+            let (k, v) = e?;
+            let r: KeyRecord = serde_json::from_slice(v.value())?;
+            if !r.sealed_secret.is_empty() {
+                return Ok(Some((k.value().to_string(), r.sealed_secret)));
+            }
+        }
+        Ok(None)
     }
 
     /// The tenant named `name`, with its id.

@@ -113,6 +113,9 @@ pub enum MetaError {
     /// The change would take a bucket or tenant past its quota.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// A node offered a master key other than the one the cluster recorded.
+    #[error("the cluster's master key is {cluster}, not {offered}")]
+    MasterKeyMismatch { cluster: String, offered: String },
 }
 
 /// Where mutations are decided and reads are made current: the node's own

@@ -684,3 +684,29 @@ async fn a_purged_tenant_goes_with_its_key_buckets_and_objects() {
         .unwrap_err();
     assert!(matches!(e, MetaError::NoSuchTenant(_)), "{e}");
 }
+
+#[tokio::test]
+async fn the_master_key_is_recorded_once() {
+    let (_d, s) = store();
+    assert_eq!(s.master_key().unwrap(), None);
+    let offer = |fp: &str| {
+        Mutation::Identity(IdentityChange::SetMasterKey {
+            fingerprint: fp.into(),
+        })
+    };
+    s.apply(offer("aaaa")).await.unwrap();
+    // The same again: a no-op (every node offers its key at each start).
+    s.apply(offer("aaaa")).await.unwrap();
+    match s.apply(offer("bbbb")).await {
+        Err(MetaError::MasterKeyMismatch { cluster, offered }) => {
+            assert_eq!((cluster.as_str(), offered.as_str()), ("aaaa", "bbbb"))
+        }
+        other => panic!("another key was taken: {other:?}"),
+    }
+    assert_eq!(s.master_key().unwrap().as_deref(), Some("aaaa"));
+    // It travels with snapshots, as every system record.
+    let (snap, _) = s.export().unwrap();
+    let (_d2, t) = store();
+    t.import(&snap).unwrap();
+    assert_eq!(t.master_key().unwrap().as_deref(), Some("aaaa"));
+}

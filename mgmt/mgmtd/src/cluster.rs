@@ -274,9 +274,10 @@ impl ClusterNode {
         fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
         let transport = self.cluster.transport().clone();
         write_members(&transport, &map);
-        let master = crate::keys::for_member(&crate::keys::path(&self.data), &meta, alone).await?;
+        let key_path = crate::keys::path(&self.data);
+        let (master, made) = crate::keys::for_member(&key_path, &meta, alone).await?;
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;
-        store.set_key_provider(Arc::new(master))?;
+        crate::keys::adopt(&store, master, &key_path, made).await?;
         if alone {
             collect_before_serving(&store).await;
         }

@@ -340,15 +340,25 @@ pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
             purge,
             target,
         } => {
-            target.api()?.tenant_delete(&tenant, purge).await?;
-            if purge {
-                println!(
+            let api = target.api()?;
+            // What the answer can promise depends on whether its data was sealed.
+            let sealed = api.tenant(&tenant).await?.key_id.is_some();
+            api.tenant_delete(&tenant, purge).await?;
+            match (purge, sealed) {
+                (true, true) => println!(
                     "tenant {tenant} deleted with its buckets, users and keys; its encryption \
                      key is destroyed (its data can no longer be decrypted) and its space is \
                      freed in the background"
-                );
-            } else {
-                println!("tenant {tenant} deleted, with its users, keys and encryption key");
+                ),
+                (true, false) => println!(
+                    "tenant {tenant} deleted with its buckets, users and keys; its data was \
+                     stored unencrypted: its space is freed in the background, and until then \
+                     (and in any image of the drives) its bytes are still there in the clear"
+                ),
+                (false, true) => {
+                    println!("tenant {tenant} deleted, with its users, keys and encryption key")
+                }
+                (false, false) => println!("tenant {tenant} deleted, with its users and keys"),
             }
         }
         TenantCmd::Quota {

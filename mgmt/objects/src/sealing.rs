@@ -26,13 +26,34 @@ pub(crate) struct Sealer {
 }
 
 impl ObjectStore {
-    /// Sets what wraps tenants' keys; until then nothing is sealed, and sealed
-    /// extents cannot be read.
-    pub fn set_key_provider(&self, p: Arc<dyn KeyProvider>) -> Result<(), ObjectError> {
+    /// Takes what wraps tenants' keys, once its master key is the cluster's:
+    /// the key's fingerprint is offered to the metadata first (recorded when
+    /// none is, refused when another is — so every node wraps with one key).
+    /// Until then nothing is sealed, and sealed extents cannot be read.
+    pub async fn adopt_key_provider(&self, p: Arc<dyn KeyProvider>) -> Result<(), ObjectError> {
+        self.change_identity(IdentityChange::SetMasterKey {
+            fingerprint: p.fingerprint().to_string(),
+        })
+        .await?;
         self.keyring
             .provider
             .set(p)
             .map_err(|_| ObjectError::Config("the key provider is set already".into()))
+    }
+
+    /// The provider to wrap new keys and secrets with: refused unless its
+    /// master key is the one the cluster recorded.
+    fn wrapping(&self, what: &str) -> Result<&Arc<dyn KeyProvider>, ObjectError> {
+        let p = self.keyring.provider.get().ok_or_else(|| {
+            ObjectError::Sealing(format!("this node has no master key to wrap {what} with"))
+        })?;
+        match self.meta.master_key()? {
+            Some(cluster) if cluster != p.fingerprint() => Err(ObjectError::Sealing(format!(
+                "this node's master key {} is not the cluster's ({cluster}): {what} is not wrapped",
+                p.fingerprint()
+            ))),
+            _ => Ok(p),
+        }
     }
 
     /// The key provider, once set (the front ends unwrap access keys' secrets).
@@ -42,9 +63,7 @@ impl ObjectStore {
 
     /// An access key's secret wrapped for its record (hex).
     pub fn seal_secret(&self, access_key: &str, secret: &str) -> Result<String, ObjectError> {
-        let provider = self.keyring.provider.get().ok_or_else(|| {
-            ObjectError::Sealing("this node has no master key to wrap a secret with".into())
-        })?;
+        let provider = self.wrapping("a secret")?;
         let w = provider
             .wrap_secret(access_key, secret.as_bytes())
             .map_err(sealing)?;
@@ -53,10 +72,7 @@ impl ObjectStore {
 
     /// A new key-encryption key for `tenant`, wrapped by this node's provider.
     pub fn new_tenant_key(&self, tenant: u64) -> Result<TenantKeyRecord, ObjectError> {
-        let provider = self.keyring.provider.get().ok_or_else(|| {
-            ObjectError::Sealing("this node has no master key to wrap a tenant key with".into())
-        })?;
-        new_tenant_key(provider.as_ref(), tenant)
+        new_tenant_key(self.wrapping("a tenant key")?.as_ref(), tenant)
     }
 
     /// A data key for new extent `extent` of `tenant`; none when the tenant
@@ -75,7 +91,7 @@ impl ObjectStore {
         let rec = match self.meta.tenant_key(tenant)? {
             Some(r) => r,
             None if tenant == ROOT_TENANT => {
-                let key = new_tenant_key(provider.as_ref(), tenant)?;
+                let key = new_tenant_key(self.wrapping("the root's key")?.as_ref(), tenant)?;
                 // A no-op if another node gave the root its key first.
                 self.change_identity(IdentityChange::SetTenantKey { id: tenant, key })
                     .await?;
