@@ -4,7 +4,7 @@
 use crate::{
     routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, GcRunQuery, GcStatus,
     InitRequest, JoinRequest, KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest,
-    NodeStatus, QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
+    NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -389,6 +389,12 @@ impl AdminClient {
     /// `PUT /v1/tenants/{tenant}/quota`.
     pub async fn tenant_quota(&self, tenant: &str, q: QuotaSpec) -> Result<TenantView, AdminError> {
         let route = routes::fill(routes::TENANT_QUOTA, &[tenant]);
+        self.call(Method::PUT, &route, |r| r.json(&q)).await
+    }
+
+    /// `PUT /v1/tenants/{tenant}/qos`.
+    pub async fn tenant_qos(&self, tenant: &str, q: QosSpec) -> Result<TenantView, AdminError> {
+        let route = routes::fill(routes::TENANT_QOS, &[tenant]);
         self.call(Method::PUT, &route, |r| r.json(&q)).await
     }
 

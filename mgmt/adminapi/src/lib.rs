@@ -34,8 +34,8 @@ pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
 pub use tenants::{
-    BucketView, DeleteTenant, KeyView, NewKey, NewTenant, NewUser, QuotaSpec, SetDisabled,
-    TenantView, UserView,
+    BucketView, DeleteTenant, KeyView, NewKey, NewTenant, NewUser, QosFigures, QosSpec, QuotaSpec,
+    SetDisabled, TenantView, UserView,
 };
 
 #[cfg(feature = "client")]
@@ -101,6 +101,9 @@ pub mod routes {
     /// `PUT` [`QuotaSpec`](crate::QuotaSpec) → [`TenantView`](crate::TenantView):
     /// what all the tenant's buckets may hold (nulls lift the limits).
     pub const TENANT_QUOTA: &str = "/v1/tenants/{tenant}/quota";
+    /// `PUT` [`QosSpec`](crate::QosSpec) → [`TenantView`](crate::TenantView):
+    /// the tenant's rates and weight (nulls lift the limits).
+    pub const TENANT_QOS: &str = "/v1/tenants/{tenant}/qos";
     /// `GET` → `Vec<`[`BucketView`](crate::BucketView)`>`: the tenant's buckets
     /// with their usage and quotas.
     pub const BUCKETS: &str = "/v1/tenants/{tenant}/buckets";

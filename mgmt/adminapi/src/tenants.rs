@@ -46,6 +46,43 @@ pub struct TenantView {
     pub bytes: u64,
     pub objects: u64,
     pub quota: QuotaSpec,
+    #[serde(default)]
+    pub qos: QosSpec,
+    /// What this node's sharing has done to the tenant since the node started
+    /// (the node that answered).
+    #[serde(default)]
+    pub qos_here: QosFigures,
+}
+
+/// A tenant's rates (none: no limit) and its weight on a busy node (none: 1).
+/// The body of `PUT /v1/tenants/{tenant}/qos` (nulls lift the limits), and how
+/// views show it. Rates are per node: each node shapes the requests it serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosSpec {
+    #[serde(default)]
+    pub weight: Option<u32>,
+    #[serde(default)]
+    pub read_bytes_per_sec: Option<u64>,
+    #[serde(default)]
+    pub write_bytes_per_sec: Option<u64>,
+    #[serde(default)]
+    pub read_requests_per_sec: Option<u64>,
+    #[serde(default)]
+    pub write_requests_per_sec: Option<u64>,
+}
+
+/// What a node's sharing has done to a tenant since the node started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosFigures {
+    /// Units of data work (stripes, small objects) running and waiting now.
+    pub busy: usize,
+    pub waiting: usize,
+    /// Units that waited for a slot while other tenants held them.
+    pub queued: u64,
+    /// Requests refused over the request rate (S3 `503 SlowDown`).
+    pub slowed_down: u64,
+    /// Milliseconds requests and transfers waited for the tenant's rates.
+    pub shaped_ms: u64,
 }
 
 /// A quota: the most bytes and objects; none is no limit. The body of the

@@ -76,6 +76,9 @@ pub struct TenantRecord {
     /// What all the tenant's buckets together may hold.
     #[serde(default, skip_serializing_if = "crate::Quota::is_none")]
     pub quota: crate::Quota,
+    /// Its rates and its weight on a busy node (see `cairn_qos`).
+    #[serde(default, skip_serializing_if = "cairn_qos::Limits::is_none")]
+    pub qos: cairn_qos::Limits,
 }
 
 /// A user of a tenant.
@@ -168,6 +171,11 @@ pub enum IdentityChange {
     /// anything, so everything in the metadata is wrapped by one key.
     SetMasterKey {
         fingerprint: String,
+    },
+    /// Sets (or with empty limits, lifts) a tenant's rates and weight.
+    SetTenantQos {
+        id: u64,
+        qos: cairn_qos::Limits,
     },
     /// Enables or disables a tenant.
     SetTenantDisabled {
@@ -287,6 +295,11 @@ pub(crate) fn apply(
         IdentityChange::SetTenantQuota { id, quota } => {
             let mut t = tenant(&tenants, *id)?;
             t.quota = *quota;
+            tenants.insert(*id, json(&t)?.as_slice())?;
+        }
+        IdentityChange::SetTenantQos { id, qos } => {
+            let mut t = tenant(&tenants, *id)?;
+            t.qos = *qos;
             tenants.insert(*id, json(&t)?.as_slice())?;
         }
         IdentityChange::DeleteTenant { id, .. } => {

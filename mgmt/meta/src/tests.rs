@@ -613,6 +613,7 @@ async fn a_purged_tenant_goes_with_its_key_buckets_and_objects() {
             created_ms: 0,
             disabled: false,
             quota: Default::default(),
+            qos: Default::default(),
         },
         key: Some(key_record("m1")),
     }))

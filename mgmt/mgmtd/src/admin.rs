@@ -181,6 +181,7 @@ pub(crate) async fn serve(
         .route(routes::KEYS, get(crate::tenants::keys))
         .route(routes::KEY, delete(crate::tenants::revoke_key))
         .route(routes::TENANT_QUOTA, put(crate::tenants::set_quota))
+        .route(routes::TENANT_QOS, put(crate::tenants::set_qos))
         .route(routes::BUCKETS, get(crate::tenants::buckets))
         .route(routes::BUCKET_QUOTA, put(crate::tenants::set_bucket_quota))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })

@@ -126,23 +126,32 @@ pub(crate) async fn adopt(
     made: bool,
 ) -> Result<(), MgmtError> {
     let fp = key.fingerprint().to_string();
-    match store.adopt_key_provider(Arc::new(key)).await {
-        Ok(()) => Ok(()),
-        Err(ObjectError::Meta(MetaError::MasterKeyMismatch { cluster, .. })) => {
-            if made {
-                let _ = std::fs::remove_file(path);
-            }
-            Err(err(format!(
-                "this node's master key {} ({fp}{}) is not the cluster's ({cluster}): copy \
-                 master.key from another member of the cluster (mode 0600) and start again",
-                path.display(),
+    let key: Arc<MasterKey> = Arc::new(key);
+    loop {
+        match store.adopt_key_provider(key.clone()).await {
+            Ok(()) => return Ok(()),
+            Err(ObjectError::Meta(MetaError::MasterKeyMismatch { cluster, .. })) => {
                 if made {
+                    let _ = std::fs::remove_file(path);
+                }
+                let removed = if made {
                     ", made just now and removed"
                 } else {
                     ""
-                }
-            )))
+                };
+                return Err(err(format!(
+                    "this node's master key {} ({fp}{removed}) is not the cluster's \
+                     ({cluster}): copy master.key from another member of the cluster (mode \
+                     0600) and start again",
+                    path.display(),
+                )));
+            }
+            // No quorum yet (a member restarting while others are down or cut
+            // off): nothing can be served before the offer is decided anyway.
+            Err(e) => {
+                tracing::warn!("offering the master key to the cluster: {e}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
-        Err(e) => Err(e.into()),
     }
 }

@@ -9,8 +9,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use cairn_adminapi::{
-    BucketView, DeleteTenant, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QuotaSpec,
-    SetDisabled, TenantView, UserView,
+    BucketView, DeleteTenant, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QosFigures, QosSpec,
+    QuotaSpec, SetDisabled, TenantView, UserView,
 };
 use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Quota, Role, TenantRecord, UserRecord};
 use cairn_objects::ObjectStore;
@@ -71,7 +71,63 @@ fn quota(q: QuotaSpec) -> Quota {
     }
 }
 
-fn tenant_view(meta: &MetaStore, id: u64, t: TenantRecord) -> Result<TenantView, Failure> {
+fn qos_spec(q: cairn_qos::Limits) -> QosSpec {
+    QosSpec {
+        weight: q.weight,
+        read_bytes_per_sec: q.read_bytes_per_sec,
+        write_bytes_per_sec: q.write_bytes_per_sec,
+        read_requests_per_sec: q.read_requests_per_sec,
+        write_requests_per_sec: q.write_requests_per_sec,
+    }
+}
+
+fn qos_limits(q: QosSpec) -> Result<cairn_qos::Limits, Failure> {
+    let rates = [
+        q.read_bytes_per_sec,
+        q.write_bytes_per_sec,
+        q.read_requests_per_sec,
+        q.write_requests_per_sec,
+    ];
+    // A byte rate below 64 KiB/s would hold one stripe for minutes: a typo,
+    // not a limit.
+    let bytes_too_low = [q.read_bytes_per_sec, q.write_bytes_per_sec]
+        .iter()
+        .any(|r| r.is_some_and(|r| r < 64 << 10));
+    if q.weight == Some(0)
+        || q.weight.is_some_and(|w| w > 10_000)
+        || rates.contains(&Some(0))
+        || bytes_too_low
+    {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            "a weight is 1 to 10000, a request rate at least 1 a second, a byte rate at \
+             least 64 KiB a second (null lifts a limit)",
+        ));
+    }
+    Ok(cairn_qos::Limits {
+        weight: q.weight,
+        read_bytes_per_sec: q.read_bytes_per_sec,
+        write_bytes_per_sec: q.write_bytes_per_sec,
+        read_requests_per_sec: q.read_requests_per_sec,
+        write_requests_per_sec: q.write_requests_per_sec,
+    })
+}
+
+fn tenant_view(store: &ObjectStore, id: u64, t: TenantRecord) -> Result<TenantView, Failure> {
+    let meta = store.meta();
+    let here = store
+        .qos()
+        .stats()
+        .into_iter()
+        .find(|(t, _)| *t == id)
+        .map(|(_, s)| QosFigures {
+            busy: s.busy,
+            waiting: s.waiting,
+            queued: s.queued,
+            slowed_down: s.slowed_down,
+            shaped_ms: s.shaped_ms,
+        })
+        .unwrap_or_default();
     let buckets = meta
         .buckets()?
         .iter()
@@ -82,6 +138,8 @@ fn tenant_view(meta: &MetaStore, id: u64, t: TenantRecord) -> Result<TenantView,
         bytes: usage.bytes,
         objects: usage.objects,
         quota: spec(t.quota),
+        qos: qos_spec(t.qos),
+        qos_here: here,
         id: format!("{id:016x}"),
         name: t.name,
         created_ms: t.created_ms,
@@ -115,10 +173,9 @@ pub(crate) async fn list(
 ) -> Result<Json<Vec<TenantView>>, Failure> {
     app.check(&headers)?;
     let store = current(&app).await?;
-    let meta = store.meta();
     let mut out = Vec::new();
-    for (id, t) in meta.tenants()? {
-        out.push(tenant_view(meta, id, t)?);
+    for (id, t) in store.meta().tenants()? {
+        out.push(tenant_view(&store, id, t)?);
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(Json(out))
@@ -158,6 +215,7 @@ pub(crate) async fn create(
         created_ms: cairn_meta::now_ms(),
         disabled: false,
         quota: Default::default(),
+        qos: Default::default(),
     };
     let key = match req.encrypted {
         true => Some(store.new_tenant_key(id)?),
@@ -170,7 +228,7 @@ pub(crate) async fn create(
             key,
         })
         .await?;
-    Ok(Json(tenant_view(store.meta(), id, record)?))
+    Ok(Json(tenant_view(&store, id, record)?))
 }
 
 /// `GET /v1/tenants/{tenant}`.
@@ -182,7 +240,7 @@ pub(crate) async fn show(
     app.check(&headers)?;
     let store = current(&app).await?;
     let (id, t) = find_tenant(store.meta(), &named)?;
-    Ok(Json(tenant_view(store.meta(), id, t)?))
+    Ok(Json(tenant_view(&store, id, t)?))
 }
 
 /// `PATCH /v1/tenants/{tenant}`: enable or disable.
@@ -203,7 +261,7 @@ pub(crate) async fn set_disabled(
         })
         .await?;
     let (id, t) = find_tenant(store.meta(), &named)?;
-    Ok(Json(tenant_view(store.meta(), id, t)?))
+    Ok(Json(tenant_view(&store, id, t)?))
 }
 
 /// `DELETE /v1/tenants/{tenant}`.
@@ -415,7 +473,27 @@ pub(crate) async fn set_quota(
         })
         .await?;
     let (id, t) = find_tenant(store.meta(), &named)?;
-    Ok(Json(tenant_view(store.meta(), id, t)?))
+    Ok(Json(tenant_view(&store, id, t)?))
+}
+
+/// `PUT /v1/tenants/{tenant}/qos`.
+pub(crate) async fn set_qos(
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(named): Path<String>,
+    body: Body<QosSpec>,
+) -> Result<Json<TenantView>, Failure> {
+    app.check(&headers)?;
+    let Json(q) = body?;
+    let qos = qos_limits(q)?;
+    let store = current(&app).await?;
+    let (id, _) = find_tenant(store.meta(), &named)?;
+    store
+        .change_identity(IdentityChange::SetTenantQos { id, qos })
+        .await?;
+    store.qos().reread(id);
+    let (id, t) = find_tenant(store.meta(), &named)?;
+    Ok(Json(tenant_view(&store, id, t)?))
 }
 
 fn bucket_view(

@@ -7,6 +7,7 @@ mod dev;
 mod drives;
 mod gc;
 mod nodeos;
+mod qos;
 mod scrub;
 mod status;
 mod supervisor;

@@ -70,6 +70,16 @@ pub enum TenantCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Set the tenant's rates and weight on each node: requests over a rate
+    /// wait their turn (refused with S3 `SlowDown`, 503, past 2 s), bytes over a
+    /// rate are slowed; while a node is busy its tenants share it by weight.
+    Qos {
+        tenant: String,
+        #[command(flatten)]
+        rates: crate::qos::Rates,
+        #[command(flatten)]
+        target: Target,
+    },
     /// The tenant's buckets, with what each holds and its quota.
     Buckets {
         tenant: String,
@@ -102,9 +112,9 @@ pub struct Limits {
 
 /// One limit: a number, or `none` (lifted). Not given: left as it is.
 #[derive(Clone, Copy, Debug)]
-pub struct Limit(Option<u64>);
+pub struct Limit(pub Option<u64>);
 
-fn parse_count(s: &str) -> Result<Limit, String> {
+pub fn parse_count(s: &str) -> Result<Limit, String> {
     if s == "none" {
         return Ok(Limit(None));
     }
@@ -113,7 +123,7 @@ fn parse_count(s: &str) -> Result<Limit, String> {
         .map_err(|_| format!("not a count: {s:?}"))
 }
 
-fn parse_bytes(s: &str) -> Result<Limit, String> {
+pub fn parse_bytes(s: &str) -> Result<Limit, String> {
     if s == "none" {
         return Ok(Limit(None));
     }
@@ -322,6 +332,8 @@ pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
                 print_json(&serde_json::json!({ "tenant": t, "users": users }));
             } else {
                 println!("{}", tenant_line(&t));
+                println!("  qos {}", crate::qos::text(&t.qos));
+                println!("  {}", crate::qos::figures(&t.qos_here));
                 for u in &users {
                     println!("  {}", user_line(u));
                 }
@@ -370,6 +382,16 @@ pub async fn tenant(cmd: TenantCmd) -> Result<(), NodectlError> {
             let was = api.tenant(&tenant).await?.quota;
             let t = api.tenant_quota(&tenant, limits.over(was)).await?;
             println!("{}", tenant_line(&t));
+        }
+        TenantCmd::Qos {
+            tenant,
+            rates,
+            target,
+        } => {
+            let api = target.api()?;
+            let was = api.tenant(&tenant).await?.qos;
+            let t = api.tenant_qos(&tenant, rates.over(was)).await?;
+            println!("{}: qos {}", t.name, crate::qos::text(&t.qos));
         }
         TenantCmd::Buckets {
             tenant,

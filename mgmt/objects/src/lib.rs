@@ -43,6 +43,7 @@ use cairn_meta::{
     bucket_id, After, Applied, BucketRecord, Checksum, ChecksumAlgorithm, Extent, Listing,
     MetaError, MetaLog, MetaStore, Mutation, ObjectRecord, PartRecord, Precondition, UploadRecord,
 };
+use cairn_qos::Qos;
 use cairn_types::ChunkId;
 use futures::stream::{BoxStream, StreamExt};
 use futures::Stream;
@@ -131,6 +132,10 @@ pub struct StoreConfig {
     /// at creation). On by default; off for a node whose drives are protected
     /// otherwise, or for tests that look for plaintext on the drives.
     pub seal_root: bool,
+    /// Units of data work (a stripe written or read, a small object's copies)
+    /// run at once while more than one tenant has work, shared between them by
+    /// weight (see `cairn_qos`); 0: no fair sharing.
+    pub fair_slots: usize,
 }
 
 impl StoreConfig {
@@ -153,6 +158,11 @@ impl StoreConfig {
             scrub: ScrubConfig::default(),
             gc: GcConfig::default(),
             seal_root: true,
+            // Measured (bench/qos.sh, 2 cores): fewer slots shield a small
+            // tenant better from a large one and cost the large one more of
+            // its throughput while both are active; 2 is the middle. A tenant
+            // alone is never held.
+            fair_slots: 2,
         }
     }
 
@@ -283,6 +293,7 @@ pub struct ObjectStore {
     gc: gc::Collector,
     readers: pins::Readers,
     keyring: sealing::Keyring,
+    qos: Qos,
 }
 
 /// Codecs by (k, m), built once: building one inverts nothing but still allocates
@@ -331,6 +342,17 @@ impl ObjectStore {
     ) -> Result<Arc<ObjectStore>, ObjectError> {
         cfg.validate()?;
         let health = Arc::new(DriveHealth::new(cfg.drives));
+        let limits = meta.clone();
+        let qos = Qos::new(
+            cfg.fair_slots,
+            Arc::new(move |tenant| match limits.tenant(tenant) {
+                Ok(t) => t.map(|t| t.qos).unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!("tenant {tenant:016x}'s limits unread: {e}");
+                    Default::default()
+                }
+            }),
+        );
         Ok(Arc::new(ObjectStore {
             meta,
             log,
@@ -342,12 +364,19 @@ impl ObjectStore {
             gc: gc::Collector::default(),
             readers: pins::Readers::default(),
             keyring: sealing::Keyring::default(),
+            qos,
             cfg,
         }))
     }
 
     pub fn meta(&self) -> &MetaStore {
         &self.meta
+    }
+
+    /// How this node is shared between tenants: front ends count requests
+    /// against it; the data work of reads and writes takes its slots.
+    pub fn qos(&self) -> &Qos {
+        &self.qos
     }
 
     /// The chunk fabric.
@@ -738,6 +767,7 @@ impl ObjectStore {
             counters: self.counters.clone(),
             codecs: self.codecs.clone(),
             read_ahead: self.cfg.read_ahead,
+            qos: self.qos.clone(),
         }
     }
 

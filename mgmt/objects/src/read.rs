@@ -13,6 +13,7 @@ use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
 use cairn_envelope::DataKey;
 use cairn_meta::{matches_sum, Extent, Layout, ObjectRecord, Stripe, UNPLACED};
+use cairn_qos::{Qos, Way};
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -27,6 +28,7 @@ pub(crate) struct Reader {
     pub counters: Arc<Counters>,
     pub codecs: Arc<Codecs>,
     pub read_ahead: usize,
+    pub qos: Qos,
 }
 
 /// One unit of reading: a byte range of one stripe (or of one replicated extent).
@@ -100,6 +102,10 @@ pub(crate) fn read_range(
 
 impl Reader {
     async fn read_piece(&self, p: Piece) -> Result<Vec<Bytes>, ObjectError> {
+        let _slot = self
+            .qos
+            .admit(self.tenant, Way::Read, p.range.len() as u64)
+            .await;
         match &p.extent.layout {
             Layout::Replicated { drives, sum, tag } => {
                 self.read_replicated(&p, drives, *sum, tag.as_deref()).await

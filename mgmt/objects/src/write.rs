@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{FailureCode, Request};
 use cairn_envelope::DataKey;
 use cairn_meta::{Extent, Layout, Stripe, UNPLACED};
+use cairn_qos::{Slot, Way};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use std::collections::VecDeque;
@@ -152,6 +153,8 @@ impl ObjectStore {
         candidates: &Candidates,
     ) -> Result<Extent, ObjectError> {
         let (tenant, id) = (unfinished.tenant, unfinished.id);
+        // Held until the copies are written (the task is joined below).
+        let _slot = self.qos.admit(tenant, Way::Write, data.len() as u64).await;
         let mut tag = String::new();
         if let Some(s) = sealer {
             sealing::seal(&s.key, 0, 0, &mut data, &mut tag);
@@ -242,7 +245,9 @@ impl ObjectStore {
             size += data.len() as u64;
             let drives = place(id, index, k as usize + m as usize, candidates);
             unfinished.stripes.push(Planned::Fragments(drives.clone()));
+            let slot = self.qos.admit(tenant, Way::Write, data.len() as u64).await;
             let job = StripeJob {
+                _slot: slot,
                 chunks: self.chunks.clone(),
                 health: self.health.clone(),
                 codecs: self.codecs.clone(),
@@ -368,6 +373,8 @@ impl Drop for Unfinished {
 }
 
 struct StripeJob {
+    /// The stripe's fair share of the node, freed when the job ends.
+    _slot: Slot,
     chunks: Fabric,
     health: Arc<crate::DriveHealth>,
     codecs: Arc<Codecs>,

@@ -7,6 +7,7 @@ use crate::{RespConfig, RespError};
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition};
 use cairn_objects::{ObjectAttrs, ObjectError, ObjectStore};
+use cairn_qos::Way;
 use futures::StreamExt;
 use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -98,6 +99,18 @@ impl Session {
             )
             .await?;
             return Ok(Next::Continue);
+        }
+        if !matches!(name, "AUTH" | "HELLO" | "PING" | "QUIT") {
+            let way = match WRITES.contains(&name) {
+                true => Way::Write,
+                false => Way::Read,
+            };
+            // Over the tenant's request rate: the command waits its turn, or
+            // is refused when that is too far off (the connection stays).
+            if let Err(e) = self.store.qos().request(tenant, way).await {
+                error(w, &format!("ERR {e}")).await?;
+                return Ok(Next::Continue);
+            }
         }
         match name {
             "AUTH" => {

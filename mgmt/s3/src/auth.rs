@@ -10,6 +10,7 @@
 
 use cairn_envelope::KeyProvider;
 use cairn_meta::{KeyRecord, MetaStore, Role};
+use cairn_qos::{Qos, Way};
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
@@ -180,7 +181,11 @@ impl S3Auth for Keys {
 }
 
 /// Authorisation, checked by s3s for every request after its signature.
-pub struct Access(pub Keys);
+pub struct Access {
+    pub keys: Keys,
+    /// Counts each request against its tenant's request rate.
+    pub qos: Qos,
+}
 
 /// Whether an S3 operation only reads (S3 names every such operation
 /// `Get…`, `Head…` or `List…`).
@@ -195,7 +200,7 @@ impl S3Access for Access {
             return Err(s3_error!(AccessDenied, "anonymous access is not allowed"));
         };
         let id = self
-            .0
+            .keys
             .identity(&creds.access_key)
             .ok_or_else(|| s3_error!(InvalidAccessKeyId))?;
         if id.disabled {
@@ -212,6 +217,15 @@ impl S3Access for Access {
                 id.user.as_deref().unwrap_or("")
             ));
         }
+        let way = match reads_only(op) {
+            true => Way::Read,
+            false => Way::Write,
+        };
+        // S3's answer to a request rate exceeded; SDKs retry it with backoff.
+        self.qos
+            .request(id.tenant, way)
+            .await
+            .map_err(|e| s3_error!(SlowDown, "{e}"))?;
         Ok(())
     }
 }

@@ -41,9 +41,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), S3FrontError> {
     let service = {
-        let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store, keys.clone()));
+        let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store.clone(), keys.clone()));
         b.set_auth(keys.clone());
-        b.set_access(auth::Access(keys));
+        b.set_access(auth::Access {
+            keys,
+            qos: store.qos().clone(),
+        });
         if !domains.is_empty() {
             b.set_host(domains);
         }

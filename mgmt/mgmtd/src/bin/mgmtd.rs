@@ -74,6 +74,12 @@ struct Args {
     /// by default everything is encrypted at rest).
     #[arg(long, env = "CAIRN_ROOT_PLAINTEXT")]
     root_plaintext: bool,
+    /// Units of data work (a stripe written or read, a small object's copies)
+    /// run at once while more than one tenant has work; each tenant is entitled
+    /// to its weighted share of them (0: no fair sharing; a tenant alone is
+    /// never held).
+    #[arg(long, env = "CAIRN_FAIR_SLOTS", default_value_t = 2)]
+    fair_slots: usize,
     /// The scrubber's ceiling, in MiB read per second (a quarter of it while
     /// clients are active).
     #[arg(long, env = "CAIRN_SCRUB_RATE_MIB", default_value_t = 64)]
@@ -131,6 +137,7 @@ async fn main() -> std::process::ExitCode {
         .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
     store.free_grace = std::time::Duration::from_secs(args.free_grace);
     store.seal_root = !args.root_plaintext;
+    store.fair_slots = args.fair_slots;
     store.scrub = cairn_objects::ScrubConfig {
         rate: args.scrub_rate_mib.max(1) << 20,
         every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),

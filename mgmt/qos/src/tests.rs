@@ -1,0 +1,244 @@
+use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn none() -> Source {
+    Arc::new(|_| Limits::default())
+}
+
+fn weights(w: &'static [(u64, u32)]) -> Source {
+    Arc::new(move |id| Limits {
+        weight: w.iter().find(|(t, _)| *t == id).map(|(_, w)| *w),
+        ..Limits::default()
+    })
+}
+
+/// Whether the future is ready now (polled once).
+fn ready<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    futures::FutureExt::now_or_never(f)
+}
+
+#[tokio::test]
+async fn a_lone_tenant_is_not_held_a_second_waits_for_its_share() {
+    let q = Qos::new(3, none());
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(q.admit(1, Way::Write, 1 << 20).await);
+    }
+    assert_eq!(q.stats()[0].1.busy, 5, "alone: past the slots");
+    // A second tenant runs at once (under its share), and then the node is
+    // shared: each entitled to one of three.
+    let b = q.admit(2, Way::Write, 0).await;
+    let mut sixth = Box::pin(q.admit(1, Way::Write, 1 << 20));
+    assert!(ready(&mut sixth).is_none(), "tenant 1 is over its share");
+    assert_eq!(q.stats()[0].1.waiting, 1);
+    held.truncate(2);
+    assert!(ready(&mut sixth).is_none(), "the node is still full");
+    held.pop();
+    let _s = tokio::time::timeout(Duration::from_secs(1), sixth)
+        .await
+        .expect("a freed slot goes to the waiter");
+    drop(b);
+    // Alone again: not held.
+    let _more = ready(&mut Box::pin(q.admit(1, Way::Write, 0))).expect("alone again");
+}
+
+#[tokio::test]
+async fn a_newcomer_runs_at_once_and_the_others_keep_their_shares() {
+    let q = Qos::new(2, none());
+    let b = q.admit(2, Way::Read, 0).await;
+    let a = q.admit(1, Way::Write, 0).await;
+    // Tenants 1 and 2 hold one of two slots each: their shares. Tenant 1
+    // queues five more.
+    let mut a_waiting: Vec<_> = (0..5)
+        .map(|_| Box::pin(q.admit(1, Way::Write, 0)))
+        .collect();
+    for w in a_waiting.iter_mut() {
+        assert!(ready(w).is_none());
+    }
+    // Tenant 3 holds none of its share: it runs at once on the full node.
+    let c = ready(&mut Box::pin(q.admit(3, Way::Read, 0))).expect("under its share");
+    // Tenant 2 done: tenant 1 still holds its share of a full node.
+    drop(b);
+    for w in a_waiting.iter_mut() {
+        assert!(ready(w).is_none(), "tenant 1 holds its share already");
+    }
+    // Tenant 3 done: tenant 1 is alone, and not held.
+    drop(c);
+    for w in a_waiting.iter_mut() {
+        assert!(ready(w).is_some(), "alone again");
+    }
+    drop(a);
+    assert_eq!(q.stats()[0].1.busy, 0);
+    assert_eq!(q.stats()[0].1.queued, 5);
+}
+
+#[tokio::test]
+async fn slots_are_shared_by_weight_while_both_wait() {
+    let q = Qos::new(3, weights(&[(1, 2), (2, 1)]));
+    // Everything freed is re-requested at once: each tenant always has work
+    // waiting, and the slots settle at 2 : 1.
+    type Waiting = std::pin::Pin<Box<dyn std::future::Future<Output = Slot>>>;
+    let mut waiting: Vec<(u64, Waiting)> = Vec::new();
+    for _ in 0..6 {
+        for id in [1u64, 2] {
+            let q = q.clone();
+            waiting.push((id, Box::pin(async move { q.admit(id, Way::Read, 0).await })));
+        }
+    }
+    let mut held: Vec<(u64, Slot)> = Vec::new();
+    for _ in 0..20 {
+        let mut i = 0;
+        while i < waiting.len() {
+            if let Some(s) = ready(&mut waiting[i].1) {
+                held.push((waiting.remove(i).0, s));
+            } else {
+                i += 1;
+            }
+        }
+        // Free the oldest, and ask again for its tenant.
+        let (id, s) = held.remove(0);
+        drop(s);
+        let q2 = q.clone();
+        waiting.push((
+            id,
+            Box::pin(async move { q2.admit(id, Way::Read, 0).await }),
+        ));
+    }
+    let mut i = 0;
+    while i < waiting.len() {
+        if let Some(s) = ready(&mut waiting[i].1) {
+            held.push((waiting.remove(i).0, s));
+        } else {
+            i += 1;
+        }
+    }
+    let ones = held.iter().filter(|(id, _)| *id == 1).count();
+    let twos = held.iter().filter(|(id, _)| *id == 2).count();
+    assert_eq!((ones, twos), (2, 1), "weight 2 : weight 1 of three slots");
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaks_no_slot() {
+    let q = Qos::new(1, none());
+    // Two tenants hold their shares: a third unit of either waits.
+    let held = q.admit(1, Way::Write, 0).await;
+    let other = q.admit(2, Way::Write, 0).await;
+    let mut gone = Box::pin(q.admit(1, Way::Write, 0));
+    assert!(ready(&mut gone).is_none());
+    drop(gone);
+    drop(held);
+    drop(other);
+    assert_eq!(q.stats().iter().map(|(_, s)| s.busy).sum::<usize>(), 0);
+    let _again = tokio::time::timeout(Duration::from_secs(1), q.admit(3, Way::Write, 0))
+        .await
+        .expect("the slot is free again");
+}
+
+#[tokio::test]
+async fn no_slots_means_no_waiting() {
+    let q = Qos::off();
+    let all: Vec<Slot> =
+        futures::future::join_all((0..100).map(|_| q.admit(1, Way::Read, 1 << 20))).await;
+    assert_eq!(all.len(), 100);
+}
+
+#[tokio::test]
+async fn bytes_over_the_rate_wait_their_turn() {
+    let q = Qos::new(
+        4,
+        Arc::new(|_| Limits {
+            write_bytes_per_sec: Some(1_000_000),
+            ..Limits::default()
+        }),
+    );
+    let t0 = Instant::now();
+    // A second's worth goes at once (the bucket starts full)...
+    drop(q.admit(1, Way::Write, 1_000_000).await);
+    assert!(t0.elapsed() < Duration::from_millis(100));
+    // ...then 300 kB more takes 0.3 s; reads are not limited.
+    drop(q.admit(1, Way::Read, 50_000_000).await);
+    assert!(t0.elapsed() < Duration::from_millis(100));
+    drop(q.admit(1, Way::Write, 300_000).await);
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(280) && took < Duration::from_millis(800),
+        "{took:?}"
+    );
+    // Another tenant is not held back by the first's rate.
+    let t1 = Instant::now();
+    drop(q.admit(2, Way::Write, 300_000).await);
+    assert!(t1.elapsed() < Duration::from_millis(100));
+    assert!(q.stats()[0].1.shaped_ms >= 250);
+}
+
+#[tokio::test]
+async fn requests_over_the_rate_wait_then_are_refused() {
+    let q = Qos::new(
+        0,
+        Arc::new(|_| Limits {
+            read_requests_per_sec: Some(10),
+            ..Limits::default()
+        }),
+    );
+    let t0 = Instant::now();
+    for _ in 0..10 {
+        q.request(7, Way::Read).await.unwrap();
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(100),
+        "a second's worth at once"
+    );
+    q.request(7, Way::Read).await.unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(80),
+        "the eleventh waits a tenth"
+    );
+    // Reserve turns up to the longest wait; past it, refusals that take no turn.
+    let mut refused = 0;
+    for _ in 0..40 {
+        let f = q.request(7, Way::Read);
+        if let Some(Err(QosError::SlowDown { retry_after, .. })) = ready(&mut Box::pin(f)) {
+            assert!(retry_after > MAX_REQUEST_WAIT);
+            refused += 1;
+        }
+    }
+    assert!((15..=25).contains(&refused), "{refused} refused of 40");
+    q.request(7, Way::Write)
+        .await
+        .expect("writes are not limited");
+    assert_eq!(q.stats()[0].1.slowed_down, refused);
+}
+
+#[tokio::test]
+async fn changed_limits_take_effect_within_the_refresh() {
+    let rate = Arc::new(AtomicU64::new(1));
+    let r = rate.clone();
+    let q = Qos::new(
+        0,
+        Arc::new(move |_| Limits {
+            write_requests_per_sec: Some(r.load(Ordering::Relaxed)),
+            ..Limits::default()
+        }),
+    );
+    q.request(1, Way::Write).await.unwrap();
+    // One a second: turns 1 s and 2 s away are taken, the one 3 s away refused.
+    for _ in 0..2 {
+        assert!(ready(&mut Box::pin(q.request(1, Way::Write))).is_none());
+    }
+    assert!(matches!(
+        ready(&mut Box::pin(q.request(1, Way::Write))),
+        Some(Err(QosError::SlowDown { .. }))
+    ));
+    rate.store(1000, Ordering::Relaxed);
+    tokio::time::sleep(REFRESH + Duration::from_millis(50)).await;
+    // The turns taken are still owed (about a second); at the new rate fifty
+    // more fit in a twentieth of a second beyond.
+    let t0 = Instant::now();
+    for _ in 0..50 {
+        q.request(1, Way::Write)
+            .await
+            .expect("a thousand a second now");
+    }
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(1600), "{took:?}");
+}
