@@ -16,8 +16,10 @@
 //!   even on a full node (which is briefly over its slots; the others give back
 //!   what they hold over their shares as their units end). So a tenant streaming
 //!   large objects cannot make another's small request wait behind its queue,
-//!   nor even for one of its units to end. A tenant alone is not held at all:
-//!   sharing costs a single tenant nothing.
+//!   nor even for one of its units to end. A tenant counts as having work for
+//!   half a second after its last unit ends (a client's requests come with gaps
+//!   between them). A tenant alone is not held at all: sharing costs a single
+//!   tenant nothing.
 //!
 //! The limits come from a [`Source`] (the tenant records in the metadata), read
 //! again at most once per [`REFRESH`] per tenant, so a change made through the
@@ -37,6 +39,10 @@ use tokio::sync::oneshot;
 pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(2);
 /// How long a tenant's limits are used before they are read again.
 pub const REFRESH: Duration = Duration::from_secs(1);
+/// How long after its last unit of work ended a tenant still counts as one
+/// with work: a client's requests come one after another, with a gap between,
+/// and the node stays shared across the gap.
+const ACTIVE: Duration = Duration::from_millis(500);
 /// Each bucket holds one second of its rate: a tenant idle for a second may burst
 /// that much at once.
 const BURST: Duration = Duration::from_secs(1);
@@ -152,6 +158,8 @@ struct Tenant {
     limits: Limits,
     read_at: Instant,
     busy: usize,
+    /// When its last unit of work ended (or began).
+    worked_at: Instant,
     waiting: VecDeque<(u64, oneshot::Sender<Slot>)>,
     buckets: [Bucket; 4],
     stats: TenantStats,
@@ -187,6 +195,7 @@ impl Drop for Slot {
             st.busy -= 1;
             if let Some(t) = st.tenants.get_mut(&self.tenant) {
                 t.busy -= 1;
+                t.worked_at = Instant::now();
             }
             inner.dispatch(&mut st);
         }
@@ -333,6 +342,7 @@ impl Inner {
             limits: (self.source)(id),
             read_at: Instant::now(),
             busy: 0,
+            worked_at: Instant::now(),
             waiting: VecDeque::new(),
             buckets: Default::default(),
             stats: TenantStats::default(),
@@ -365,10 +375,12 @@ impl Inner {
     /// another tenant's queue).
     fn dispatch(self: &Arc<Self>, st: &mut State) {
         loop {
+            // A tenant between two requests is still a tenant with work: one
+            // whose last unit ended within ACTIVE keeps its share.
             let (active, weights) = st
                 .tenants
                 .values()
-                .filter(|t| t.busy > 0 || !t.waiting.is_empty())
+                .filter(|t| t.busy > 0 || !t.waiting.is_empty() || t.worked_at.elapsed() < ACTIVE)
                 .fold((0u64, 0u64), |(n, w), t| (n + 1, w + t.limits.weight()));
             let next = st
                 .tenants
@@ -395,6 +407,7 @@ impl Inner {
                 return;
             };
             t.busy += 1;
+            t.worked_at = Instant::now();
             st.busy += 1;
             let slot = Slot {
                 gate: Some(self.clone()),

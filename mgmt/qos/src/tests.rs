@@ -62,10 +62,11 @@ async fn a_newcomer_runs_at_once_and_the_others_keep_their_shares() {
     for w in a_waiting.iter_mut() {
         assert!(ready(w).is_none(), "tenant 1 holds its share already");
     }
-    // Tenant 3 done: tenant 1 is alone, and not held.
+    // Tenant 3 done: a slot is free, and tenant 1's waiters run in turn (each
+    // slot here freed as soon as it is taken).
     drop(c);
     for w in a_waiting.iter_mut() {
-        assert!(ready(w).is_some(), "alone again");
+        assert!(ready(w).is_some(), "a free slot");
     }
     drop(a);
     assert_eq!(q.stats()[0].1.busy, 0);
