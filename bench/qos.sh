@@ -11,7 +11,8 @@
 # MiB PUTs then GETs). Prints a markdown table (B's p50/p99 alone and loaded, the
 # ratio, A's MB/s) to stdout and to bench-out/qos.md; raw lines in bench-out/qos.txt.
 #
-# Environment: BENCH_DIR (default /var/tmp/cairn-bench), SKIP_BUILD=1.
+# Environment: BENCH_DIR (default /var/tmp/cairn-bench), SKIP_BUILD=1, SLOTS_ON=N
+# (the fair slots of the "on" run; default: mgmtd's own).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=0; [ "${1:-}" = --quick ] && QUICK=1
