@@ -38,3 +38,14 @@ pub fn key_client(node: &Node, tenant: &str, user: &str) -> (Client, String) {
     assert_eq!(sk.len(), 40);
     (node.client_with(ak, sk), ak.to_string())
 }
+
+/// PUTs `body` as `b/k`, panicking with the error if refused.
+pub async fn put(c: &Client, b: &str, k: &str, body: &[u8]) {
+    c.put_object()
+        .bucket(b)
+        .key(k)
+        .body(aws_sdk_s3::primitives::ByteStream::from(body.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put {b}/{k}: {e:?}"));
+}

@@ -9,7 +9,7 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
-use cairn_it::tenant::{key_client, nodectl, nodectl_json};
+use cairn_it::tenant::{key_client, nodectl, nodectl_json, put};
 use cairn_it::{find_on_drives, get_bytes, Node, NodeOptions};
 
 /// A body of `len` bytes made of `marker` repeated, with a counter so that no
@@ -23,16 +23,6 @@ fn marked(marker: &str, len: usize) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-async fn put(c: &Client, b: &str, k: &str, body: &[u8]) {
-    c.put_object()
-        .bucket(b)
-        .key(k)
-        .body(ByteStream::from(body.to_vec()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("put {b}/{k}: {e:?}"));
 }
 
 /// Small (replicated), large (erasure coded) and multipart objects.
@@ -195,27 +185,31 @@ async fn tenant_data_is_sealed_at_rest_and_shredded_with_its_key() {
 
     // The master key: missing, or another one, and the node does not start; the
     // file found is left as it was.
+    refuses_without_its_master_key(&mut node, "missing", "is not the one");
+    read_back(&root, "rootdata", &root_objs[..1]).await;
+}
+
+/// Stops the node, then starts it with its master key file missing and with
+/// another key in its place: both starts must fail (saying `missing` and
+/// `wrong`) and leave the file as found; then starts it with its own key again.
+fn refuses_without_its_master_key(node: &mut Node, missing: &str, wrong: &str) {
     node.stop();
     let path = node.state_dir().join("master.key");
     let good = std::fs::read(&path).unwrap();
     std::fs::remove_file(&path).unwrap();
-    let why = start_fails(&mut node);
-    assert!(
-        why.contains("master key") && why.contains("missing"),
-        "{why}"
-    );
+    let why = start_fails(node);
+    assert!(why.contains("master key") && why.contains(missing), "{why}");
     assert!(!path.exists(), "a missing master key must not be replaced");
     let other = "ab".repeat(32);
     std::fs::write(&path, &other).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let why = start_fails(&mut node);
-    assert!(why.contains("is not the one"), "{why}");
+    let why = start_fails(node);
+    assert!(why.contains(wrong), "{why}");
     assert_eq!(std::fs::read_to_string(&path).unwrap(), other);
     std::fs::write(&path, &good).unwrap();
     node.start_datapathd();
     node.start_mgmtd();
-    read_back(&root, "rootdata", &root_objs[..1]).await;
 }
 
 /// Chunks on the node's drives.
@@ -266,24 +260,11 @@ async fn a_lost_master_key_is_never_silently_replaced() {
     pat.create_bucket().bucket("kept").send().await.unwrap();
     put(&pat, "kept", "k", b"kept").await;
 
-    node.stop();
-    let path = node.state_dir().join("master.key");
-    let good = std::fs::read(&path).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let why = start_fails(&mut node);
-    assert!(
-        why.contains("missing") && why.contains("the cluster's master key is"),
-        "{why}"
+    refuses_without_its_master_key(
+        &mut node,
+        "the cluster's master key is",
+        "is not the one the cluster recorded",
     );
-    assert!(!path.exists(), "a missing master key must not be replaced");
-    std::fs::write(&path, "cd".repeat(32)).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let why = start_fails(&mut node);
-    assert!(why.contains("is not the one the cluster recorded"), "{why}");
-    std::fs::write(&path, &good).unwrap();
-    node.start_datapathd();
-    node.start_mgmtd();
     // The key made before the restarts still signs.
     assert_eq!(get_bytes(&pat, "kept", "k").await.unwrap(), b"kept");
 }

@@ -10,7 +10,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
-use cairn_it::tenant::{key_client, nodectl, nodectl_json};
+use cairn_it::tenant::{key_client, nodectl, nodectl_json, put};
 use cairn_it::{get_bytes, Node, NodeOptions};
 use std::time::Duration;
 
@@ -19,16 +19,6 @@ fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
         Ok(_) => panic!("expected an error"),
         Err(e) => e.code().unwrap_or("").to_string(),
     }
-}
-
-async fn put(c: &Client, b: &str, k: &str, body: &[u8]) {
-    c.put_object()
-        .bucket(b)
-        .key(k)
-        .body(ByteStream::from(body.to_vec()))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("put {b}/{k}: {e:?}"));
 }
 
 async fn bucket_names(c: &Client) -> Vec<String> {
