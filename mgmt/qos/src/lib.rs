@@ -7,7 +7,7 @@
 //!   bucket costs nothing while idle). Bytes over the rate wait: the data is shaped,
 //!   never refused. Requests over the rate wait up to [`MAX_REQUEST_WAIT`]; beyond
 //!   that they are refused ([`QosError::SlowDown`]; S3 answers `503 SlowDown`, which
-//!   every SDK retries with backoff).
+//!   every SDK retries with backoff). Limits changed start from full buckets.
 //! - **Fair slots**: while more than one tenant has data work (a stripe written
 //!   or read, a small object's copies) running or waiting, the node runs at most
 //!   `slots` units at once, and each tenant is entitled to its weighted share of
@@ -43,6 +43,9 @@ pub const REFRESH: Duration = Duration::from_secs(1);
 /// with work: a client's requests come one after another, with a gap between,
 /// and the node stays shared across the gap.
 const ACTIVE: Duration = Duration::from_millis(500);
+/// The longest a transfer over its byte rate sleeps before it looks again (at
+/// its turn, and at its tenant's limits).
+const SHAPING_SLICE: Duration = Duration::from_millis(250);
 /// Each bucket holds one second of its rate: a tenant idle for a second may burst
 /// that much at once.
 const BURST: Duration = Duration::from_secs(1);
@@ -109,7 +112,7 @@ impl std::fmt::Display for Way {
 
 #[derive(Debug, thiserror::Error)]
 pub enum QosError {
-    #[error("tenant {tenant} is over its {way} request rate; retry in {} ms", retry_after.as_millis())]
+    #[error("tenant {tenant:016x} is over its {way} request rate; retry in {} ms", retry_after.as_millis())]
     SlowDown {
         tenant: u64,
         way: Way,
@@ -265,20 +268,29 @@ impl Qos {
     /// Waits until a unit of the tenant's data work moving `bytes` may run: its
     /// byte rate first, then a fair slot. The slot is held until dropped.
     pub async fn admit(&self, tenant: u64, way: Way, bytes: u64) -> Slot {
-        self.inner.refresh(tenant, false);
-        let wait = {
-            let mut st = self.inner.lock();
-            let t = self.inner.tenant(&mut st, tenant);
-            let wait = match t.limits.bytes_per_sec(way) {
-                Some(rate) => t.buckets[bucket(way, true)].take(Instant::now(), bytes, rate),
-                None => Duration::ZERO,
-            };
-            t.stats.shaped_ms += wait.as_millis() as u64;
-            wait
-        };
         // Shaped first: a tenant waiting on its own rate holds no place in the
-        // queue for slots.
-        if !wait.is_zero() {
+        // queue for slots. The bytes are taken only when they may go — never
+        // booked ahead — so a request given up while it waits costs nothing,
+        // and a limit lifted or raised frees it within a slice.
+        loop {
+            self.inner.refresh(tenant, false);
+            let wait = {
+                let mut st = self.inner.lock();
+                let t = self.inner.tenant(&mut st, tenant);
+                let Some(rate) = t.limits.bytes_per_sec(way) else {
+                    break;
+                };
+                let now = Instant::now();
+                let b = &mut t.buckets[bucket(way, true)];
+                let wait = b.turn(now, bytes, rate);
+                if wait.is_zero() {
+                    b.take(now, bytes, rate);
+                    break;
+                }
+                let slice = wait.min(SHAPING_SLICE);
+                t.stats.shaped_ms += slice.as_millis() as u64;
+                slice
+            };
             tokio::time::sleep(wait).await;
         }
         if self.inner.slots == 0 {
@@ -360,6 +372,11 @@ impl Inner {
         if stale {
             let limits = (self.source)(id);
             if let Some(t) = self.lock().tenants.get_mut(&id) {
+                // New limits start from full buckets: what was owed under the
+                // old ones (a backlog of bytes at a low rate) is forgiven.
+                if t.limits != limits {
+                    t.buckets = Default::default();
+                }
                 t.limits = limits;
                 t.read_at = Instant::now();
             }

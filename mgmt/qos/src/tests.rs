@@ -79,40 +79,30 @@ async fn slots_are_shared_by_weight_while_both_wait() {
     // Everything freed is re-requested at once: each tenant always has work
     // waiting, and the slots settle at 2 : 1.
     type Waiting = std::pin::Pin<Box<dyn std::future::Future<Output = Slot>>>;
-    let mut waiting: Vec<(u64, Waiting)> = Vec::new();
-    for _ in 0..6 {
-        for id in [1u64, 2] {
-            let q = q.clone();
-            waiting.push((id, Box::pin(async move { q.admit(id, Way::Read, 0).await })));
-        }
-    }
-    let mut held: Vec<(u64, Slot)> = Vec::new();
-    for _ in 0..20 {
+    let ask = |id: u64| -> (u64, Waiting) {
+        let q = q.clone();
+        (id, Box::pin(async move { q.admit(id, Way::Read, 0).await }))
+    };
+    // Moves every waiter whose slot came from `waiting` to `held`.
+    fn granted(waiting: &mut Vec<(u64, Waiting)>, held: &mut Vec<(u64, Slot)>) {
         let mut i = 0;
         while i < waiting.len() {
-            if let Some(s) = ready(&mut waiting[i].1) {
-                held.push((waiting.remove(i).0, s));
-            } else {
-                i += 1;
+            match ready(&mut waiting[i].1) {
+                Some(s) => held.push((waiting.remove(i).0, s)),
+                None => i += 1,
             }
         }
+    }
+    let mut waiting: Vec<(u64, Waiting)> = (0..12).map(|i| ask(1 + i % 2)).collect();
+    let mut held: Vec<(u64, Slot)> = Vec::new();
+    for _ in 0..20 {
+        granted(&mut waiting, &mut held);
         // Free the oldest, and ask again for its tenant.
         let (id, s) = held.remove(0);
         drop(s);
-        let q2 = q.clone();
-        waiting.push((
-            id,
-            Box::pin(async move { q2.admit(id, Way::Read, 0).await }),
-        ));
+        waiting.push(ask(id));
     }
-    let mut i = 0;
-    while i < waiting.len() {
-        if let Some(s) = ready(&mut waiting[i].1) {
-            held.push((waiting.remove(i).0, s));
-        } else {
-            i += 1;
-        }
-    }
+    granted(&mut waiting, &mut held);
     let ones = held.iter().filter(|(id, _)| *id == 1).count();
     let twos = held.iter().filter(|(id, _)| *id == 2).count();
     assert_eq!((ones, twos), (2, 1), "weight 2 : weight 1 of three slots");
@@ -232,8 +222,8 @@ async fn changed_limits_take_effect_within_the_refresh() {
     ));
     rate.store(1000, Ordering::Relaxed);
     tokio::time::sleep(REFRESH + Duration::from_millis(50)).await;
-    // The turns taken are still owed (about a second); at the new rate fifty
-    // more fit in a twentieth of a second beyond.
+    // New limits start from a full bucket: what was owed is forgiven, and at
+    // the new rate fifty go at once.
     let t0 = Instant::now();
     for _ in 0..50 {
         q.request(1, Way::Write)
@@ -241,5 +231,44 @@ async fn changed_limits_take_effect_within_the_refresh() {
             .expect("a thousand a second now");
     }
     let took = t0.elapsed();
-    assert!(took < Duration::from_millis(1600), "{took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+}
+
+#[tokio::test]
+async fn a_transfer_given_up_costs_nothing_and_a_lifted_limit_frees_waiters() {
+    let rate = Arc::new(AtomicU64::new(1_000_000));
+    let r = rate.clone();
+    let q = Qos::new(
+        0,
+        Arc::new(move |_| Limits {
+            write_bytes_per_sec: match r.load(Ordering::Relaxed) {
+                0 => None,
+                n => Some(n),
+            },
+            ..Limits::default()
+        }),
+    );
+    drop(q.admit(1, Way::Write, 1_000_000).await);
+    // Five seconds' worth, given up while it waits: nothing is owed for it.
+    let mut gone = Box::pin(q.admit(1, Way::Write, 5_000_000));
+    assert!(ready(&mut gone).is_none());
+    drop(gone);
+    let t0 = Instant::now();
+    drop(q.admit(1, Way::Write, 100_000).await);
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
+    // A transfer waiting when the limit is lifted goes within a refresh.
+    let q2 = q.clone();
+    let waiting = tokio::spawn(async move {
+        let t = Instant::now();
+        drop(q2.admit(1, Way::Write, 20_000_000).await);
+        t.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    rate.store(0, Ordering::Relaxed);
+    let took = waiting.await.unwrap();
+    assert!(took < REFRESH + Duration::from_millis(800), "{took:?}");
 }
