@@ -77,7 +77,7 @@ async fn a_tenants_rates_hold_it_back_and_no_other() {
     for bad in [
         &["--weight", "0"][..],
         &["--write-requests", "0"],
-        &["--read-bytes", "1K"],
+        &["--read-bytes", "512K"],
     ] {
         let mut args = vec!["tenant", "qos", "slow"];
         args.extend_from_slice(bad);

@@ -88,11 +88,11 @@ fn qos_limits(q: QosSpec) -> Result<cairn_qos::Limits, Failure> {
         q.read_requests_per_sec,
         q.write_requests_per_sec,
     ];
-    // A byte rate below 64 KiB/s would hold one stripe for minutes: a typo,
-    // not a limit.
+    // A stripe (up to 8 MiB) is taken whole from its tenant's byte rate: below
+    // 1 MiB/s one stripe would hold the tenant's next request for many seconds.
     let bytes_too_low = [q.read_bytes_per_sec, q.write_bytes_per_sec]
         .iter()
-        .any(|r| r.is_some_and(|r| r < 64 << 10));
+        .any(|r| r.is_some_and(|r| r < 1 << 20));
     if q.weight == Some(0)
         || q.weight.is_some_and(|w| w > 10_000)
         || rates.contains(&Some(0))
@@ -101,7 +101,7 @@ fn qos_limits(q: QosSpec) -> Result<cairn_qos::Limits, Failure> {
         return Err(Failure::new(
             ErrorKind::Invalid,
             "a weight is 1 to 10000, a request rate at least 1 a second, a byte rate at \
-             least 64 KiB a second (null lifts a limit)",
+             least 1 MiB a second (null lifts a limit)",
         ));
     }
     Ok(cairn_qos::Limits {
