@@ -31,10 +31,15 @@ impl ObjectStore {
     /// none is, refused when another is — so every node wraps with one key).
     /// Until then nothing is sealed, and sealed extents cannot be read.
     pub async fn adopt_key_provider(&self, p: Arc<dyn KeyProvider>) -> Result<(), ObjectError> {
-        self.change_identity(IdentityChange::SetMasterKey {
-            fingerprint: p.fingerprint().to_string(),
-        })
-        .await?;
+        // Recorded once and never changed: a local replica that holds this
+        // very key's fingerprint has nothing to ask of the cluster (a restart
+        // needs no quorum, nor a Raft write, for it).
+        if self.meta.master_key()?.as_deref() != Some(p.fingerprint()) {
+            self.change_identity(IdentityChange::SetMasterKey {
+                fingerprint: p.fingerprint().to_string(),
+            })
+            .await?;
+        }
         self.keyring
             .provider
             .set(p)

@@ -218,20 +218,10 @@ impl Qos {
         }
     }
 
-    /// No sharing at all: no slots and no limits (tools and tests that run one
-    /// tenant's work alone).
-    pub fn off() -> Qos {
-        Qos::new(0, Arc::new(|_| Limits::default()))
-    }
-
     /// Reads the tenant's limits again now (they were changed through this
     /// node; other nodes read them within [`REFRESH`]).
     pub fn reread(&self, tenant: u64) {
         self.inner.refresh(tenant, true);
-    }
-
-    pub fn slots(&self) -> usize {
-        self.inner.slots
     }
 
     /// Counts one request against the tenant's request rate, waiting for its

@@ -127,7 +127,7 @@ async fn a_waiter_that_gives_up_leaks_no_slot() {
 
 #[tokio::test]
 async fn no_slots_means_no_waiting() {
-    let q = Qos::off();
+    let q = Qos::new(0, none());
     let all: Vec<Slot> =
         futures::future::join_all((0..100).map(|_| q.admit(1, Way::Read, 1 << 20))).await;
     assert_eq!(all.len(), 100);
