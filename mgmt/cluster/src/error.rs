@@ -19,6 +19,9 @@ pub enum ClusterError {
     JoinRefused(String),
     #[error("peer {peer}: {msg}")]
     Peer { peer: String, msg: String },
+    /// Another membership change is still in flight; try again shortly.
+    #[error("a membership change is already in progress: {0}")]
+    Busy(String),
     #[error("the map change was refused: {0}")]
     Refused(String),
     #[error("raft: {0}")]

@@ -4,16 +4,40 @@
 use crate::error::raft_err;
 use crate::node::now_ms;
 use crate::{Cluster, ClusterError, MapChange, NodeId, NodeState};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 /// Most voters the Raft group keeps; the rest of the nodes are learners.
 pub const MAX_VOTERS: usize = 5;
 
+/// How long an operator's membership change waits for one already in flight.
+const CHANGE_WAIT: Duration = Duration::from_secs(15);
+
 impl Cluster {
-    /// Removes a node from the map and from the Raft group.
+    /// Removes a node from the map and from the Raft group. A membership change
+    /// already in flight (a join, a promotion by [`Cluster::manage_voters`]) is
+    /// waited out for up to [`CHANGE_WAIT`]: an operator's remove right after a
+    /// join is ordinary, not an error.
     pub async fn remove_node(&self, node: NodeId) -> Result<(), ClusterError> {
+        let deadline = tokio::time::Instant::now() + CHANGE_WAIT;
+        loop {
+            match self.try_remove_node(node).await {
+                Err(ClusterError::Busy(why)) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(ClusterError::Busy(why));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn try_remove_node(&self, node: NodeId) -> Result<(), ClusterError> {
+        // Read afresh each try: a change that just committed may have made the
+        // node a voter (or a learner) since the last one.
         let voters: BTreeSet<NodeId> = self
             .raft
             .metrics()
@@ -49,6 +73,9 @@ impl Cluster {
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => Err(
                 ClusterError::NoQuorum("membership changes run on the leader; retry there".into()),
             ),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::InProgress(p),
+            ))) => Err(ClusterError::Busy(p.to_string())),
             Err(e) => Err(raft_err(e)),
         }
     }

@@ -60,6 +60,7 @@ fn cluster_kind(e: &ClusterError) -> ErrorKind {
         | ClusterError::Unknown(_)
         | ClusterError::Peer { .. }
         | ClusterError::Raft(_)
+        | ClusterError::Busy(_)
         | ClusterError::NotCertified => ErrorKind::Unavailable,
         ClusterError::NotMember
         | ClusterError::AlreadyMember(_)
