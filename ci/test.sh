@@ -26,7 +26,9 @@ if [[ "${1:-}" != "--quick" ]]; then
   cargo clippy --workspace --all-targets -- -D warnings
 fi
 echo "== crate graph: the CLI reaches nodes through the admin-API crate, never by linking the daemon"
-if cargo tree -p cairn-nodectl -e normal --prefix none | grep -q '^cairn-mgmtd '; then
+# Captured first: `grep -q` in a pipe under pipefail can fail on cargo's SIGPIPE.
+tree=$(cargo tree -p cairn-nodectl -e normal --prefix none)
+if grep -q '^cairn-mgmtd ' <<<"$tree"; then
   echo "nodectl depends on cairn-mgmtd: use cairn-adminapi's client and cairn-credentials" >&2
   exit 1
 fi
