@@ -35,7 +35,7 @@ pub use usage::{Quota, Usage};
 
 use md5::{Digest, Md5};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -285,6 +285,35 @@ pub enum Mutation {
         name: String,
         quota: Quota,
     },
+    /// Replaces an object's user metadata, bytes untouched (RESP's EXPIRE and
+    /// PERSIST). Applies only while the key still holds the write `of` names;
+    /// otherwise [`MetaError::PreconditionFailed`] (a SET meanwhile wins), or
+    /// [`MetaError::NoSuchKey`].
+    ReplaceObjectMeta {
+        bucket: String,
+        key: String,
+        of: WriteId,
+        user_meta: BTreeMap<String, String>,
+    },
+}
+
+/// Which write an object holds: the same bytes written twice are two writes (their
+/// extents' random ids differ; an empty value has none, and its time tells).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteId {
+    pub etag: String,
+    pub modified_ms: i64,
+    pub extents: Vec<u128>,
+}
+
+impl WriteId {
+    pub fn of(rec: &ObjectRecord) -> WriteId {
+        WriteId {
+            etag: rec.etag.clone(),
+            modified_ms: rec.modified_ms,
+            extents: rec.extents.iter().map(|e| e.id).collect(),
+        }
+    }
 }
 
 /// One fragment of an extent, moved from one drive to another.
@@ -1049,6 +1078,33 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             now_ms,
             min_interval_ms,
         } => gc::advance(tx, *from, *now_ms, *min_interval_ms),
+        Mutation::ReplaceObjectMeta {
+            bucket,
+            key,
+            of,
+            user_meta,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let Some(old) = get_object(&objects, bucket, key)? else {
+                return Err(MetaError::NoSuchKey(key.clone()));
+            };
+            if WriteId::of(&old) != *of {
+                return Err(MetaError::PreconditionFailed);
+            }
+            // Same size, same count: usage and quotas are untouched.
+            let record = ObjectRecord {
+                user_meta: user_meta.clone(),
+                ..old
+            };
+            objects.insert(
+                (bucket.as_str(), key.as_str()),
+                serde_json::to_vec(&record)?.as_slice(),
+            )?;
+            Ok(Applied {
+                freed: Vec::new(),
+                object: Some(record),
+            })
+        }
         Mutation::MoveFragments {
             bucket,
             key,

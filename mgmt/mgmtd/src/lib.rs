@@ -84,6 +84,8 @@ pub struct Config {
     pub resp: Option<SocketAddr>,
     /// RESP connections served at once (more are refused, as Redis's maxclients).
     pub resp_max_clients: usize,
+    /// Bytes of RESP values being received at once (see `cairn_resp::Intake`).
+    pub resp_intake: u64,
     /// The node's datapathd chunk service.
     pub datapath: String,
     /// The node-local chunk key file shared with datapathd (created if missing).
@@ -263,7 +265,7 @@ async fn run_cluster(
         let (s3_stop, resp_stop) = (stopped(stop_rx.clone()), stopped(stop_rx.clone()));
         let store_cfg = cfg.store.clone();
         let root_key = root.access_key.clone();
-        let resp_max_clients = cfg.resp_max_clients;
+        let resp_limits = (cfg.resp_max_clients, cfg.resp_intake);
         async move {
             let store = tokio::select! {
                 s = node.become_member(meta, local, store_cfg, alone) => s,
@@ -288,7 +290,7 @@ async fn run_cluster(
                         store.clone(),
                         keys.clone(),
                         root_key,
-                        resp_max_clients,
+                        resp_limits,
                         resp_stop,
                     );
                     let s3 = cairn_s3::serve(s3_listener, store, keys, domains, s3_stop);

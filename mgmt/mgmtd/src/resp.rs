@@ -27,7 +27,7 @@ pub(crate) async fn serve(
     store: Arc<ObjectStore>,
     keys: cairn_s3::Keys,
     root_access_key: String,
-    max_clients: usize,
+    (max_clients, intake_bytes): (usize, u64),
     stop: impl std::future::Future<Output = ()>,
 ) {
     let Some(listener) = listener else { return };
@@ -36,6 +36,7 @@ pub(crate) async fn serve(
     }
     let cfg = cairn_resp::RespConfig {
         max_clients,
+        intake_bytes,
         ..cairn_resp::RespConfig::new(keys, root_access_key)
     };
     if let Err(e) = cairn_resp::serve(listener, store, cfg, stop).await {

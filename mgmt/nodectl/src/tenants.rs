@@ -128,23 +128,7 @@ pub fn parse_bytes(s: &str) -> Result<Limit, String> {
         return Ok(Limit(None));
     }
     // `10G`, `10GiB` and `10GB` are all 10 GiB: quotas are in binary units.
-    let t = s
-        .strip_suffix("iB")
-        .or_else(|| s.strip_suffix('B'))
-        .unwrap_or(s);
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let shift = match unit {
-        "" => 0,
-        "K" | "k" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        "P" => 50,
-        _ => return Err(format!("not a size: {s:?} (e.g. 500M, 10G, 2T)")),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1 << shift))
+    cairn_sysutil::memory::parse_size(s)
         .map(|n| Limit(Some(n)))
         .ok_or_else(|| format!("not a size: {s:?} (e.g. 500M, 10G, 2T)"))
 }

@@ -35,6 +35,9 @@ pub(crate) struct Committer {
     pub(crate) chunks: Fabric,
     pub(crate) grace: Duration,
     pub(crate) readers: crate::pins::Readers,
+    /// What an overwrite or delete frees leaves the RAM tier too (reads already
+    /// holding its bytes keep them: they are reference-counted).
+    pub(crate) ram: Arc<crate::RamTier>,
 }
 
 impl Committer {
@@ -96,6 +99,9 @@ impl Committer {
                     tracing::warn!("failpoint objects::crash-before-free fired: aborting");
                     std::process::abort()
                 });
+                for e in &a.freed {
+                    self.ram.forget(e.id);
+                }
                 free(
                     &self.chunks,
                     Some(&self.readers),

@@ -22,6 +22,7 @@ mod gc;
 mod health;
 mod pins;
 mod placement;
+mod ram;
 mod read;
 mod repair;
 mod scrub;
@@ -32,6 +33,7 @@ pub use fabric::{Fabric, Route};
 pub use gc::GcConfig;
 pub use health::DriveHealth;
 pub use placement::{place, Candidates};
+pub use ram::{RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
 pub use sealing::new_tenant_key;
@@ -136,6 +138,8 @@ pub struct StoreConfig {
     /// run at once while more than one tenant has work, shared between them by
     /// weight (see `cairn_qos`); 0: no fair sharing.
     pub fair_slots: usize,
+    /// Bytes of the RAM tier (see [`RamTier`]); 0 turns it off.
+    pub ram_bytes: u64,
 }
 
 impl StoreConfig {
@@ -163,6 +167,7 @@ impl StoreConfig {
             // its throughput while both are active; 2 is the middle. A tenant
             // alone is never held.
             fair_slots: 2,
+            ram_bytes: 0,
         }
     }
 
@@ -294,6 +299,7 @@ pub struct ObjectStore {
     readers: pins::Readers,
     keyring: sealing::Keyring,
     qos: Qos,
+    ram: Arc<RamTier>,
 }
 
 /// Codecs by (k, m), built once: building one inverts nothing but still allocates
@@ -365,6 +371,7 @@ impl ObjectStore {
             readers: pins::Readers::default(),
             keyring: sealing::Keyring::default(),
             qos,
+            ram: Arc::new(RamTier::new(cfg.ram_bytes)),
             cfg,
         }))
     }
@@ -425,6 +432,7 @@ impl ObjectStore {
         tokio::spawn(self.clone().scrub_loop());
         tokio::spawn(self.clone().watch_damage());
         tokio::spawn(self.clone().gc_loop());
+        tokio::spawn(self.clone().ram_sweep());
         if let Some(age) = self.cfg.abandoned_upload_age {
             let me = self.clone();
             tokio::spawn(async move {
@@ -442,6 +450,22 @@ impl ObjectStore {
                     }
                 }
             });
+        }
+    }
+
+    /// Drops from the RAM tier every tenant that no longer exists: a purge is
+    /// applied on every node through the metadata, and within a few seconds no
+    /// node holds the purged tenant's plaintext in memory either (its manifests,
+    /// the only way to reach those bytes, went with the purge itself).
+    async fn ram_sweep(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
+        loop {
+            tick.tick().await;
+            for t in self.ram.tenants() {
+                if t != cairn_meta::ROOT_TENANT && matches!(self.meta.tenant(t), Ok(None)) {
+                    self.ram.forget_tenant(t);
+                }
+            }
         }
     }
 
@@ -727,13 +751,78 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Replaces the user metadata of the write `of` of `key`, its bytes untouched;
+    /// refused (`PreconditionFailed`) when the key holds another write by then.
+    pub async fn replace_meta(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        of: cairn_meta::WriteId,
+        user_meta: BTreeMap<String, String>,
+    ) -> Result<(), ObjectError> {
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
+        self.commit(
+            tenant,
+            Mutation::ReplaceObjectMeta {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                of,
+                user_meta,
+            },
+            Vec::new(),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// The bytes `start..end` of an object, verified, as a stream of buffers.
+    /// Extents the RAM tier holds are served from it; the rest are fetched.
     pub fn read(
         &self,
         tenant: u64,
         rec: &ObjectRecord,
         start: u64,
         end: u64,
+    ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
+        self.read_with(tenant, rec, start, end, false)
+    }
+
+    /// [`ObjectStore::read`], and every extent it reads whole through the
+    /// datapath is brought into the RAM tier (promotion on read): for values
+    /// that are read again, such as a KV cache's.
+    pub fn read_hot(
+        &self,
+        tenant: u64,
+        rec: &ObjectRecord,
+        start: u64,
+        end: u64,
+    ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
+        self.read_with(tenant, rec, start, end, true)
+    }
+
+    /// Holds a value just written in the RAM tier, so reading it back costs no
+    /// fetch: `value` must be the whole of `rec`'s bytes (an object of one extent).
+    pub fn hold(&self, tenant: u64, rec: &ObjectRecord, value: &Bytes) {
+        if let [e] = &rec.extents[..] {
+            if e.size == value.len() as u64 {
+                self.ram.admit(tenant, e.id, value.clone());
+            }
+        }
+    }
+
+    /// The node's RAM tier.
+    pub fn ram(&self) -> &RamTier {
+        &self.ram
+    }
+
+    fn read_with(
+        &self,
+        tenant: u64,
+        rec: &ObjectRecord,
+        start: u64,
+        end: u64,
+        promote: bool,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
         self.counters.foreground.fetch_add(1, Ordering::Relaxed);
         // The extents stay pinned while the stream lives: a free of them (an
@@ -751,7 +840,7 @@ impl ObjectStore {
             Ok(k) => k,
             Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
         };
-        read::read_range(self.reader(tenant), rec, keys, start, end)
+        read::read_range(self.reader(tenant, promote), rec, keys, start, end)
             .map(move |b| {
                 let _held = &pin;
                 b
@@ -759,7 +848,7 @@ impl ObjectStore {
             .boxed()
     }
 
-    fn reader(&self, tenant: u64) -> read::Reader {
+    fn reader(&self, tenant: u64, promote: bool) -> read::Reader {
         read::Reader {
             tenant,
             chunks: self.chunks.clone(),
@@ -768,6 +857,8 @@ impl ObjectStore {
             codecs: self.codecs.clone(),
             read_ahead: self.cfg.read_ahead,
             qos: self.qos.clone(),
+            ram: self.ram.clone(),
+            promote,
         }
     }
 
@@ -966,12 +1057,16 @@ impl ObjectStore {
             chunks: self.chunks.clone(),
             grace: self.cfg.free_grace,
             readers: self.readers.clone(),
+            ram: self.ram.clone(),
         }
     }
 
     /// Deletes the chunks of extents no manifest references any more, after the
     /// grace period for reads in progress.
     pub fn free(&self, tenant: u64, extents: Vec<Extent>) {
+        for e in &extents {
+            self.ram.forget(e.id);
+        }
         commit::free(
             &self.chunks,
             Some(&self.readers),

@@ -8,7 +8,7 @@
 //! every byte handed to a client has been verified or rebuilt from verified bytes;
 //! when fewer than k fragments survive, the read fails and no byte is invented.
 
-use crate::{chunk_id, sealing, Codecs, Counters, DriveHealth, ObjectError};
+use crate::{chunk_id, sealing, Codecs, Counters, DriveHealth, ObjectError, RamTier};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{Failure, FailureCode, Reply, Request};
 use cairn_envelope::DataKey;
@@ -29,6 +29,9 @@ pub(crate) struct Reader {
     pub codecs: Arc<Codecs>,
     pub read_ahead: usize,
     pub qos: Qos,
+    pub ram: Arc<RamTier>,
+    /// Whole extents fetched through the datapath are brought into `ram`.
+    pub promote: bool,
 }
 
 /// One unit of reading: a byte range of one stripe (or of one replicated extent).
@@ -39,6 +42,31 @@ struct Piece {
     key: Option<Arc<DataKey>>,
     stripe: usize,
     range: Range<usize>,
+    /// The piece's bytes when the RAM tier holds its extent: nothing to fetch.
+    held: Option<Bytes>,
+    /// The extent is being read whole to be brought into the RAM tier.
+    promote: Option<Arc<Promotion>>,
+}
+
+/// An extent being gathered, piece by piece in order, for the RAM tier. One extra
+/// copy, paid only on a miss; a hit costs none.
+struct Promotion {
+    tenant: u64,
+    extent: u128,
+    size: usize,
+    buf: std::sync::Mutex<BytesMut>,
+}
+
+impl Promotion {
+    fn take(&self, parts: &[Bytes], ram: &RamTier) {
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
+        if buf.len() == self.size {
+            ram.admit(self.tenant, self.extent, std::mem::take(&mut *buf).freeze());
+        }
+    }
 }
 
 pub(crate) fn read_range(
@@ -58,12 +86,35 @@ pub(crate) fn read_range(
         }
         let (a, b) = (start.max(lo) - lo, end.min(hi) - lo);
         let extent = Arc::new(e.clone());
+        if let Some(held) = reader.ram.get(e.id) {
+            pieces.push(Piece {
+                extent,
+                key,
+                stripe: 0,
+                range: a as usize..b as usize,
+                held: Some(held.slice(a as usize..b as usize)),
+                promote: None,
+            });
+            continue;
+        }
+        let promote =
+            (reader.promote && a == 0 && b == e.size && reader.ram.takes(e.size)).then(|| {
+                reader.ram.missed();
+                Arc::new(Promotion {
+                    tenant: reader.tenant,
+                    extent: e.id,
+                    size: e.size as usize,
+                    buf: std::sync::Mutex::new(BytesMut::with_capacity(e.size as usize)),
+                })
+            });
         match &e.layout {
             Layout::Replicated { .. } => pieces.push(Piece {
                 extent,
                 key,
                 stripe: 0,
                 range: a as usize..b as usize,
+                held: None,
+                promote,
             }),
             Layout::Erasure {
                 k, shard, stripes, ..
@@ -82,6 +133,8 @@ pub(crate) fn read_range(
                             key: key.clone(),
                             stripe: s,
                             range: pa as usize..pb as usize,
+                            held: None,
+                            promote: promote.clone(),
                         });
                     }
                 }
@@ -89,13 +142,24 @@ pub(crate) fn read_range(
         }
     }
     let ahead = reader.read_ahead.max(1);
+    let ram = reader.ram.clone();
     stream::iter(pieces)
         .map(move |p| {
             let r = reader.clone();
-            async move { r.read_piece(p).await }
+            async move {
+                let promote = p.promote.clone();
+                r.read_piece(p).await.map(|parts| (promote, parts))
+            }
         })
         .buffered(ahead)
-        .map_ok(|parts| stream::iter(parts.into_iter().map(Ok)))
+        // In order here (`buffered` yields in order), so a promotion gathers its
+        // extent's bytes in sequence.
+        .map_ok(move |(promote, parts)| {
+            if let Some(p) = promote {
+                p.take(&parts, &ram);
+            }
+            stream::iter(parts.into_iter().map(Ok))
+        })
         .try_flatten()
         .boxed()
 }
@@ -106,6 +170,9 @@ impl Reader {
             .qos
             .admit(self.tenant, Way::Read, p.range.len() as u64)
             .await;
+        if let Some(held) = p.held {
+            return Ok(vec![held]);
+        }
         match &p.extent.layout {
             Layout::Replicated { drives, sum, tag } => {
                 self.read_replicated(&p, drives, *sum, tag.as_deref()).await

@@ -9,7 +9,9 @@
 
 use crate::RespError;
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The longest header or inline-command line accepted.
 const MAX_LINE: usize = 64 << 10;
@@ -27,11 +29,78 @@ pub struct Limits {
     pub max_command: usize,
 }
 
+/// The node's budget for values being received, shared by every connection: a
+/// bulk is read only once its bytes are granted, so a flood of SETs (or of
+/// clients) waits on the socket instead of growing the daemon past its memory.
+/// Small bulks (under [`Intake::UNIT`]) are not counted: a connection holds at
+/// most one command's worth of them, bounded by the line and argument limits.
+#[derive(Clone, Debug)]
+pub struct Intake {
+    units: Arc<Semaphore>,
+    total: u32,
+}
+
+impl Intake {
+    /// Granted in units of 64 KiB.
+    pub const UNIT: usize = 64 << 10;
+
+    /// A budget of `bytes` (at least one unit).
+    pub fn new(bytes: u64) -> Intake {
+        let total = (bytes / Self::UNIT as u64).clamp(1, u32::MAX as u64 / 2) as u32;
+        Intake {
+            units: Arc::new(Semaphore::new(total as usize)),
+            total,
+        }
+    }
+
+    /// Bytes granted to commands being received or run now.
+    pub fn in_use(&self) -> u64 {
+        (self.total as u64 - self.units.available_permits() as u64) * Self::UNIT as u64
+    }
+
+    /// The budget, in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.total as u64 * Self::UNIT as u64
+    }
+
+    /// Grants `len` more bytes to a command that holds `held` already. Waiting
+    /// while holding part of the budget could deadlock two commands each holding
+    /// half of it, so the held grant is given back and the whole asked for at
+    /// once (the semaphore is fair: the large request is not starved). A value
+    /// larger than the whole budget takes the whole budget.
+    async fn grant(&self, held: &mut Option<OwnedSemaphorePermit>, len: usize) {
+        let more = len.div_ceil(Self::UNIT) as u32;
+        let have = held.as_ref().map_or(0, |p| p.num_permits() as u32);
+        let want = (have + more).min(self.total);
+        if want == have {
+            return;
+        }
+        if let Ok(p) = self.units.clone().try_acquire_many_owned(want - have) {
+            match held {
+                Some(h) => h.merge(p),
+                None => *held = Some(p),
+            }
+            return;
+        }
+        *held = None;
+        // Never closed, so acquiring only fails if it were.
+        *held = self.units.clone().acquire_many_owned(want).await.ok();
+    }
+}
+
+/// One command's arguments, with the part of the intake budget its values hold
+/// (given back when it is dropped, after the command has run).
+pub struct Command {
+    pub args: Vec<Bytes>,
+    _granted: Option<OwnedSemaphorePermit>,
+}
+
 /// Reads one command; `Ok(None)` on a clean end of input between commands.
 pub async fn read_command<R: AsyncBufRead + Unpin>(
     r: &mut R,
     lim: Limits,
-) -> Result<Option<Vec<Bytes>>, RespError> {
+    intake: Option<&Intake>,
+) -> Result<Option<Command>, RespError> {
     let first = match r.fill_buf().await.map_err(RespError::Io)?.first() {
         None => return Ok(None),
         Some(b) => *b,
@@ -39,12 +108,14 @@ pub async fn read_command<R: AsyncBufRead + Unpin>(
     if first != b'*' {
         // Inline command (telnet, `redis-cli` never): words split on spaces.
         let line = read_line(r).await?;
-        return Ok(Some(
-            line.split(|b| *b == b' ' || *b == b'\t')
+        return Ok(Some(Command {
+            args: line
+                .split(|b| *b == b' ' || *b == b'\t')
                 .filter(|w| !w.is_empty())
                 .map(Bytes::copy_from_slice)
                 .collect(),
-        ));
+            _granted: None,
+        }));
     }
     let line = read_line(r).await?;
     let n = parse_len(&line[1..])?;
@@ -53,6 +124,7 @@ pub async fn read_command<R: AsyncBufRead + Unpin>(
     }
     let mut args = Vec::with_capacity((n as usize).min(1024));
     let mut total = 0usize;
+    let mut granted = None;
     for _ in 0..n {
         let line = read_line(r).await?;
         if line.first() != Some(&b'$') {
@@ -68,9 +140,15 @@ pub async fn read_command<R: AsyncBufRead + Unpin>(
         if total > lim.max_command {
             return Err(RespError::Protocol("command larger than the limit".into()));
         }
+        if let Some(i) = intake.filter(|_| len >= Intake::UNIT) {
+            i.grant(&mut granted, len).await;
+        }
         args.push(read_bulk(r, len).await?);
     }
-    Ok(Some(args))
+    Ok(Some(Command {
+        args,
+        _granted: granted,
+    }))
 }
 
 /// One `\r\n`-terminated line, without the terminator; at most [`MAX_LINE`].
@@ -150,7 +228,53 @@ mod tests {
 
     async fn parse(input: &[u8]) -> Result<Option<Vec<Bytes>>, RespError> {
         let mut r = tokio::io::BufReader::new(input);
-        read_command(&mut r, LIM).await
+        Ok(read_command(&mut r, LIM, None).await?.map(|c| c.args))
+    }
+
+    #[tokio::test]
+    async fn values_wait_for_the_intake_budget() {
+        let intake = Intake::new(4 * Intake::UNIT as u64);
+        let lim = Limits {
+            max_value: 1 << 20,
+            max_command: 1 << 21,
+        };
+        let value = vec![7u8; 3 * Intake::UNIT];
+        let mut wire = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n", value.len()).into_bytes();
+        wire.extend_from_slice(&value);
+        wire.extend_from_slice(b"\r\n");
+        let mut r = tokio::io::BufReader::new(&wire[..]);
+        let first = read_command(&mut r, lim, Some(&intake))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(intake.in_use(), 3 * Intake::UNIT as u64);
+        // A second value of the same size does not fit beside the first: it waits.
+        let mut r2 = tokio::io::BufReader::new(&wire[..]);
+        let second = read_command(&mut r2, lim, Some(&intake));
+        tokio::pin!(second);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(100), &mut second)
+                .await
+                .is_err(),
+            "read while the budget was taken"
+        );
+        drop(first);
+        let second = second.await.unwrap().unwrap();
+        assert_eq!(second.args[2].len(), value.len());
+        drop(second);
+        assert_eq!(intake.in_use(), 0);
+        // A value larger than the whole budget takes all of it, and still passes.
+        let big = vec![1u8; 6 * Intake::UNIT];
+        let mut wire = format!("*1\r\n${}\r\n", big.len()).into_bytes();
+        wire.extend_from_slice(&big);
+        wire.extend_from_slice(b"\r\n");
+        let mut r = tokio::io::BufReader::new(&wire[..]);
+        let c = read_command(&mut r, lim, Some(&intake))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(intake.in_use(), intake.bytes());
+        assert_eq!(c.args[0].len(), big.len());
     }
 
     #[tokio::test]

@@ -3,6 +3,8 @@
 
 use crate::expiry::{self, expired, expiry, EXPIRES};
 use crate::keys::{bucket_for, encode_key};
+use crate::reply::{arity, array, bulk, error, int, nil, ok};
+use crate::shared::{Shared, Stats};
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition};
@@ -26,8 +28,9 @@ pub enum Next {
 
 /// One connection's state: who it is authenticated as.
 pub struct Session {
-    store: Arc<ObjectStore>,
+    pub(crate) store: Arc<ObjectStore>,
     cfg: Arc<RespConfig>,
+    pub(crate) shared: Arc<Shared>,
     tenant: Option<u64>,
     /// The access key the session authenticated with: checked again before
     /// every command, so a key revoked, or a user or tenant disabled or deleted,
@@ -38,17 +41,32 @@ pub struct Session {
 }
 
 /// The commands that change data: refused to read-only users.
-const WRITES: &[&str] = &["SET", "MSET", "DEL", "UNLINK"];
+const WRITES: &[&str] = &[
+    "SET",
+    "MSET",
+    "DEL",
+    "UNLINK",
+    "EXPIRE",
+    "PEXPIRE",
+    "EXPIREAT",
+    "PEXPIREAT",
+    "PERSIST",
+];
 
 impl Session {
-    pub fn new(store: Arc<ObjectStore>, cfg: Arc<RespConfig>) -> Session {
+    pub fn new(store: Arc<ObjectStore>, cfg: Arc<RespConfig>, shared: Arc<Shared>) -> Session {
         Session {
             store,
             cfg,
+            shared,
             tenant: None,
             access_key: None,
             read_only: false,
         }
+    }
+
+    pub(crate) fn cfg(&self) -> &RespConfig {
+        &self.cfg
     }
 
     /// Runs one command and writes its reply. An error returned means the
@@ -61,6 +79,7 @@ impl Session {
     ) -> Result<Next, RespError> {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let rest = &args[1..];
+        Stats::add(&self.shared.stats.commands, 1);
         match self.dispatch(&name, rest, w).await {
             Ok(next) => Ok(next),
             Err(RespError::Objects(e)) => {
@@ -170,6 +189,7 @@ impl Session {
             "GET" => match a {
                 [k] => {
                     let rec = self.lookup(tenant, std::slice::from_ref(k)).await?;
+                    self.count_lookups(&rec);
                     self.value(tenant, rec.into_iter().next().flatten(), w)
                         .await?;
                 }
@@ -180,6 +200,7 @@ impl Session {
                     return arity(w, "mget").await;
                 }
                 let recs = self.lookup(tenant, a).await?;
+                self.count_lookups(&recs);
                 array(w, recs.len()).await?;
                 for rec in recs {
                     self.value(tenant, rec, w).await?;
@@ -248,16 +269,34 @@ impl Session {
                 int(w, n).await?;
             }
             "DBSIZE" => {
-                let n = self.dbsize(tenant).await?;
+                let n = self.count_keys(tenant).await?.keys;
                 int(w, n).await?;
             }
-            "INFO" => {
-                let n = self.dbsize(tenant).await?;
-                let body = format!(
-                    "# Server\r\nredis_version:7.2.0\r\nredis_mode:standalone\r\nserver_name:cairn\r\n\r\n# Keyspace\r\ndb0:keys={n},expires=0,avg_ttl=0\r\n"
-                );
-                bulk(w, body.as_bytes()).await?;
-            }
+            "INFO" => self.info(tenant, a, w).await?,
+            "SCAN" => match a {
+                [cursor, opts @ ..] => self.scan(tenant, cursor, opts, w).await?,
+                _ => return arity(w, "scan").await,
+            },
+            "TYPE" => match a {
+                [k] => {
+                    let rec = self.lookup(tenant, std::slice::from_ref(k)).await?;
+                    let t = if rec.iter().any(Option::is_some) {
+                        "+string\r\n"
+                    } else {
+                        "+none\r\n"
+                    };
+                    w.write_all(t.as_bytes()).await.map_err(RespError::Io)?;
+                }
+                _ => return arity(w, "type").await,
+            },
+            "EXPIRE" | "PEXPIRE" | "EXPIREAT" | "PEXPIREAT" => match a {
+                [k, n, opts @ ..] => self.expire(tenant, name, k, n, opts, w).await?,
+                _ => return arity(w, &name.to_ascii_lowercase()).await,
+            },
+            "PERSIST" => match a {
+                [k] => self.persist(tenant, k, w).await?,
+                _ => return arity(w, "persist").await,
+            },
             _ => {
                 let shown: String = name.chars().take(64).collect();
                 error(w, &format!("ERR unknown command '{shown}'")).await?;
@@ -452,8 +491,11 @@ impl Session {
                 .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
         }
         let len = value.len() as u64;
+        Stats::add(&self.shared.stats.bytes_in, len);
+        let held = value.clone();
         let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
-        self.store
+        let rec = self
+            .store
             .put_object(
                 tenant,
                 &bucket,
@@ -464,10 +506,19 @@ impl Session {
                 cond,
             )
             .await?;
+        // Written, so likely read back soon (by this node or, after their first
+        // read, by others): it stays in RAM, at the cost of no copy.
+        self.store.hold(tenant, &rec, &held);
         Ok(())
     }
 
-    async fn bucket_exists(&self, tenant: u64) -> Result<bool, RespError> {
+    fn count_lookups(&self, recs: &[Option<ObjectRecord>]) {
+        let hits = recs.iter().filter(|r| r.is_some()).count() as u64;
+        Stats::add(&self.shared.stats.hits, hits);
+        Stats::add(&self.shared.stats.misses, recs.len() as u64 - hits);
+    }
+
+    pub(crate) async fn bucket_exists(&self, tenant: u64) -> Result<bool, RespError> {
         match self.store.bucket(tenant, &bucket_for(tenant)).await {
             Ok(_) => Ok(true),
             Err(ObjectError::Meta(MetaError::NoSuchBucket(_))) => Ok(false),
@@ -498,7 +549,7 @@ impl Session {
     }
 
     /// [`Session::lookup_raw`] with expired keys as misses.
-    async fn lookup(
+    pub(crate) async fn lookup(
         &self,
         tenant: u64,
         keys: &[Bytes],
@@ -528,7 +579,10 @@ impl Session {
         w: &mut W,
     ) -> Result<(), RespError> {
         let Some(rec) = rec else { return nil(w).await };
-        let mut s = self.store.read(tenant, &rec, 0, rec.size);
+        Stats::add(&self.shared.stats.bytes_out, rec.size);
+        // A value read is likely read again (a KV cache's is, by every decode
+        // server): it is brought into the RAM tier on the way.
+        let mut s = self.store.read_hot(tenant, &rec, 0, rec.size);
         let first = match s.next().await {
             Some(Err(e)) => return error(w, &format!("ERR {e}")).await,
             other => other,
@@ -552,77 +606,8 @@ impl Session {
         }
         w.write_all(b"\r\n").await.map_err(RespError::Io)
     }
-
-    /// Live keys of the tenant, counted page by page.
-    async fn dbsize(&self, tenant: u64) -> Result<i64, RespError> {
-        if !self.bucket_exists(tenant).await? {
-            return Ok(0);
-        }
-        let (bucket, t) = (bucket_for(tenant), now());
-        let (mut n, mut after) = (0i64, None);
-        loop {
-            let page = self
-                .store
-                .list_objects(tenant, &bucket, "", after, None, 1000)
-                .await?;
-            n += page
-                .objects
-                .iter()
-                .filter(|(_, r)| expiry(r).is_none_or(|at| at > t))
-                .count() as i64;
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return Ok(n),
-            }
-        }
-    }
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     cairn_meta::now_ms()
-}
-
-async fn ok<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), RespError> {
-    w.write_all(b"+OK\r\n").await.map_err(RespError::Io)
-}
-
-async fn nil<W: AsyncWrite + Unpin>(w: &mut W) -> Result<(), RespError> {
-    w.write_all(b"$-1\r\n").await.map_err(RespError::Io)
-}
-
-async fn int<W: AsyncWrite + Unpin>(w: &mut W, n: i64) -> Result<(), RespError> {
-    w.write_all(format!(":{n}\r\n").as_bytes())
-        .await
-        .map_err(RespError::Io)
-}
-
-async fn array<W: AsyncWrite + Unpin>(w: &mut W, n: usize) -> Result<(), RespError> {
-    w.write_all(format!("*{n}\r\n").as_bytes())
-        .await
-        .map_err(RespError::Io)
-}
-
-async fn bulk<W: AsyncWrite + Unpin>(w: &mut W, b: &[u8]) -> Result<(), RespError> {
-    w.write_all(format!("${}\r\n", b.len()).as_bytes())
-        .await
-        .map_err(RespError::Io)?;
-    w.write_all(b).await.map_err(RespError::Io)?;
-    w.write_all(b"\r\n").await.map_err(RespError::Io)
-}
-
-/// An error reply; line breaks in the message would end it early, so they go.
-async fn error<W: AsyncWrite + Unpin>(w: &mut W, msg: &str) -> Result<(), RespError> {
-    let clean: String = msg.chars().map(|c| if c < ' ' { ' ' } else { c }).collect();
-    w.write_all(format!("-{clean}\r\n").as_bytes())
-        .await
-        .map_err(RespError::Io)
-}
-
-async fn arity<W: AsyncWrite + Unpin>(w: &mut W, cmd: &str) -> Result<Next, RespError> {
-    error(
-        w,
-        &format!("ERR wrong number of arguments for '{cmd}' command"),
-    )
-    .await?;
-    Ok(Next::Continue)
 }

@@ -10,10 +10,16 @@
 //! every node sweeps, and a delete that another node made first fails its
 //! condition harmlessly.
 
-use cairn_meta::{ObjectRecord, Precondition};
-use cairn_objects::ObjectStore;
+use crate::commands::{now, Session};
+use crate::keys::{bucket_for, encode_key};
+use crate::reply::{error, int};
+use crate::RespError;
+use bytes::Bytes;
+use cairn_meta::{MetaError, ObjectRecord, Precondition, WriteId};
+use cairn_objects::{ObjectError, ObjectStore};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWrite;
 
 /// The user metadata that holds a key's expiry, in ms since the Unix epoch.
 pub(crate) const EXPIRES: &str = "resp-expires-ms";
@@ -60,6 +66,151 @@ pub(crate) fn this_write(rec: &ObjectRecord) -> Precondition {
             .get(EXPIRES)
             .map(|v| (EXPIRES.to_string(), v.clone())),
         ..Default::default()
+    }
+}
+
+/// How often EXPIRE and PERSIST try again when a write to the same key landed
+/// between their read and their change (theirs is then refused, never lost).
+const RETRIES: usize = 5;
+
+impl Session {
+    /// `EXPIRE|PEXPIRE|EXPIREAT|PEXPIREAT key n [NX|XX|GT|LT]`: the key's bytes are
+    /// untouched; only its expiry changes, conditional on the write it read (a
+    /// SET meanwhile wins, and the command reads again).
+    pub(crate) async fn expire<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        name: &str,
+        key: &Bytes,
+        n: &Bytes,
+        opts: &[Bytes],
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        let Some(n) = std::str::from_utf8(n)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+        else {
+            return error(w, "ERR value is not an integer or out of range").await;
+        };
+        let at = match name {
+            "EXPIRE" => n.checked_mul(1000).and_then(|ms| ms.checked_add(now())),
+            "PEXPIRE" => n.checked_add(now()),
+            "EXPIREAT" => n.checked_mul(1000),
+            _ => Some(n),
+        };
+        let Some(at) = at else {
+            let lower = name.to_ascii_lowercase();
+            return error(w, &format!("ERR invalid expire time in '{lower}' command")).await;
+        };
+        let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+        for o in opts {
+            match o.to_ascii_uppercase().as_slice() {
+                b"NX" => nx = true,
+                b"XX" => xx = true,
+                b"GT" => gt = true,
+                b"LT" => lt = true,
+                _ => {
+                    let o = String::from_utf8_lossy(o);
+                    return error(w, &format!("ERR Unsupported option {o}")).await;
+                }
+            }
+        }
+        if nx && (xx || gt || lt) {
+            return error(
+                w,
+                "ERR NX and XX, GT or LT options at the same time are not compatible",
+            )
+            .await;
+        }
+        if gt && lt {
+            return error(
+                w,
+                "ERR GT and LT options at the same time are not compatible",
+            )
+            .await;
+        }
+        for _ in 0..RETRIES {
+            let rec = self.lookup(tenant, std::slice::from_ref(key)).await?;
+            let Some(rec) = rec.into_iter().next().flatten() else {
+                return int(w, 0).await;
+            };
+            let current = expiry(&rec);
+            // A key without an expiry counts as living forever for GT and LT.
+            let allowed = match current {
+                None => !xx && !gt,
+                Some(c) => !nx && (!gt || at > c) && (!lt || at < c),
+            };
+            if !allowed {
+                return int(w, 0).await;
+            }
+            let done = if at <= now() {
+                // A time already past deletes the key, as Redis does.
+                self.store
+                    .delete_object(
+                        tenant,
+                        &bucket_for(tenant),
+                        &encode_key(key),
+                        this_write(&rec),
+                    )
+                    .await
+            } else {
+                let mut meta = rec.user_meta.clone();
+                meta.insert(EXPIRES.into(), at.to_string());
+                self.replace(tenant, key, &rec, meta).await
+            };
+            match done {
+                Ok(()) => return int(w, 1).await,
+                Err(ObjectError::Meta(MetaError::PreconditionFailed)) => continue,
+                Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => return int(w, 0).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        error(w, "ERR the key kept changing; try again").await
+    }
+
+    /// `PERSIST key`: drops the key's expiry.
+    pub(crate) async fn persist<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        key: &Bytes,
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        for _ in 0..RETRIES {
+            let rec = self.lookup(tenant, std::slice::from_ref(key)).await?;
+            let Some(rec) = rec.into_iter().next().flatten() else {
+                return int(w, 0).await;
+            };
+            if expiry(&rec).is_none() {
+                return int(w, 0).await;
+            }
+            let mut meta = rec.user_meta.clone();
+            meta.remove(EXPIRES);
+            match self.replace(tenant, key, &rec, meta).await {
+                Ok(()) => return int(w, 1).await,
+                Err(ObjectError::Meta(MetaError::PreconditionFailed)) => continue,
+                Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => return int(w, 0).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        error(w, "ERR the key kept changing; try again").await
+    }
+
+    async fn replace(
+        &self,
+        tenant: u64,
+        key: &[u8],
+        rec: &ObjectRecord,
+        meta: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), ObjectError> {
+        self.store
+            .replace_meta(
+                tenant,
+                &bucket_for(tenant),
+                &encode_key(key),
+                WriteId::of(rec),
+                meta,
+            )
+            .await
     }
 }
 

@@ -3,20 +3,25 @@
 //! Owns the translation between Redis commands and objects: a tenant's keys are
 //! the objects of one reserved bucket of that tenant ([`bucket_for`]), each value
 //! one object, so a SET is committed through the same Raft-ordered metadata as an
-//! S3 PUT and is visible through every node once acknowledged. It holds no data and
-//! no state of its own beyond a connection's authenticated tenant; it must never
-//! answer from a cache of its own (that would break coherence across nodes).
+//! S3 PUT and is visible through every node once acknowledged. It keeps no values
+//! of its own: hot values are served from the object store's RAM tier, which is
+//! reached only through a manifest looked up after the metadata barrier, so a
+//! value served from RAM is always the one the cluster holds now.
 
 mod codec;
 mod commands;
 mod expiry;
 mod keys;
+mod keyspace;
+mod reply;
+mod shared;
 
-pub use codec::Limits;
+pub use codec::{Intake, Limits};
 pub use expiry::{sweep, SWEEP_EVERY};
 pub use keys::{bucket_for, decode_key, encode_key};
 
 use cairn_objects::ObjectStore;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,6 +56,9 @@ pub struct RespConfig {
     /// does at `maxclients` (so a flood of idle connections cannot take every
     /// file descriptor and task of the node).
     pub max_clients: usize,
+    /// Bytes of values being received at once, by every connection together
+    /// (see [`Intake`]).
+    pub intake_bytes: u64,
 }
 
 impl RespConfig {
@@ -64,6 +72,7 @@ impl RespConfig {
                 max_command: 1 << 30,
             },
             max_clients: 10_000,
+            intake_bytes: 1 << 30,
         }
     }
 }
@@ -76,6 +85,7 @@ pub async fn serve(
     cfg: RespConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RespError> {
+    let shared = Arc::new(shared::Shared::new(cfg.intake_bytes));
     let cfg = Arc::new(cfg);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(expiry::sweeper(store.clone(), {
@@ -101,7 +111,9 @@ pub async fn serve(
         let _ = socket.set_nodelay(true);
         // Reap finished connections first, so only live ones count.
         while conns.try_join_next().is_some() {}
+        shared.stats.connections.fetch_add(1, Ordering::Relaxed);
         if conns.len() >= cfg.max_clients {
+            shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(%peer, max = cfg.max_clients, "RESP connection refused: too many clients");
             // Not one of `conns`: a refusal is not a client to drain.
             tokio::spawn(async move {
@@ -115,8 +127,10 @@ pub async fn serve(
             continue;
         }
         let (store, cfg, stop) = (store.clone(), cfg.clone(), stop_rx.clone());
+        let shared = shared.clone();
         conns.spawn(async move {
-            if let Err(e) = connection(socket, store, cfg, stop).await {
+            let _live = shared.stats.connected();
+            if let Err(e) = connection(socket, store, cfg, shared.clone(), stop).await {
                 tracing::debug!(%peer, "RESP connection ended: {e}");
             }
         });
@@ -142,12 +156,13 @@ async fn connection(
     socket: TcpStream,
     store: Arc<ObjectStore>,
     cfg: Arc<RespConfig>,
+    shared: Arc<shared::Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), RespError> {
     let (rd, wr) = socket.into_split();
     let mut rd = BufReader::with_capacity(64 << 10, rd);
     let mut wr = BufWriter::with_capacity(64 << 10, wr);
-    let mut session = commands::Session::new(store, cfg.clone());
+    let mut session = commands::Session::new(store, cfg.clone(), shared.clone());
     loop {
         if rd.buffer().is_empty() {
             wr.flush().await.map_err(RespError::Io)?;
@@ -156,14 +171,16 @@ async fn connection(
             }
         }
         let cmd = tokio::select! {
-            c = codec::read_command(&mut rd, cfg.limits) => c,
+            c = codec::read_command(&mut rd, cfg.limits, Some(&shared.intake)) => c,
             // At shutdown a connection waiting for its next command is closed; a
             // command only partly received is dropped unanswered, never partly
             // run (commands run outside this select, so they always finish).
             _ = stop.changed(), if rd.buffer().is_empty() => return Ok(()),
         };
-        let args = match cmd {
-            Ok(Some(a)) => a,
+        // Held until the command has run: its values stay counted against the
+        // intake budget while they are being stored.
+        let cmd = match cmd {
+            Ok(Some(c)) => c,
             Ok(None) => return Ok(()),
             // Best effort: a client that half-closed mid-command may still read.
             Err(e @ (RespError::Protocol(_) | RespError::Eof)) => {
@@ -179,10 +196,10 @@ async fn connection(
             }
             Err(e) => return Err(e),
         };
-        if args.is_empty() {
+        if cmd.args.is_empty() {
             continue;
         }
-        if session.run(&args, &mut wr).await? == commands::Next::Close {
+        if session.run(&cmd.args, &mut wr).await? == commands::Next::Close {
             wr.flush().await.map_err(RespError::Io)?;
             return Ok(());
         }

@@ -31,6 +31,16 @@ struct Args {
     /// clients reached" and closed (Redis's maxclients).
     #[arg(long, env = "CAIRN_RESP_MAX_CLIENTS", default_value_t = 10_000)]
     resp_max_clients: usize,
+    /// Bytes of RESP values being received at once, all connections together;
+    /// beyond it clients wait (their sockets are not read). Default: a
+    /// sixteenth of the machine's memory, between 64M and 4G.
+    #[arg(long, env = "CAIRN_RESP_INTAKE", value_parser = size)]
+    resp_intake: Option<u64>,
+    /// Bytes of the RAM tier: hot values (RESP's, and S3 objects read through a
+    /// KV front end) served from memory, least recently used out first (0: off).
+    /// Default: a quarter of the machine's memory.
+    #[arg(long, env = "CAIRN_KV_RAM", value_parser = size)]
+    kv_ram: Option<u64>,
     /// The node's datapathd chunk service.
     #[arg(long)]
     datapath: String,
@@ -108,6 +118,10 @@ struct Args {
     gc_rate: u32,
 }
 
+fn size(s: &str) -> Result<u64, String> {
+    cairn_sysutil::memory::parse_size(s).ok_or_else(|| format!("not a size: {s:?} (e.g. 512M, 4G)"))
+}
+
 fn parse_ec(s: &str) -> Result<(u8, u8), String> {
     let (k, m) = s
         .split_once('+')
@@ -138,6 +152,8 @@ async fn main() -> std::process::ExitCode {
     store.free_grace = std::time::Duration::from_secs(args.free_grace);
     store.seal_root = !args.root_plaintext;
     store.fair_slots = args.fair_slots;
+    let memory = cairn_sysutil::memory::total().unwrap_or(4 << 30);
+    store.ram_bytes = args.kv_ram.unwrap_or(memory / 4);
     store.scrub = cairn_objects::ScrubConfig {
         rate: args.scrub_rate_mib.max(1) << 20,
         every: (args.scrub_every > 0).then(|| std::time::Duration::from_secs(args.scrub_every)),
@@ -160,6 +176,9 @@ async fn main() -> std::process::ExitCode {
         admin: args.admin,
         resp: args.resp,
         resp_max_clients: args.resp_max_clients.max(1),
+        resp_intake: args
+            .resp_intake
+            .unwrap_or((memory / 16).clamp(64 << 20, 4 << 30)),
         datapath: args.datapath.clone(),
         datapath_key: args.datapath_key,
         store,

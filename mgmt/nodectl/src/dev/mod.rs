@@ -84,6 +84,10 @@ pub struct UpArgs {
     /// only; node K at 10.77.X.K), so `nodectl dev partition` can cut links.
     #[arg(long)]
     netns: bool,
+    /// Bytes of each node's RAM tier (hot values served from memory), e.g. 2G;
+    /// default: a quarter of the machine's memory shared by the nodes.
+    #[arg(long)]
+    kv_ram: Option<String>,
 }
 
 /// Where one node's endpoints are.
@@ -201,6 +205,15 @@ fn node(
     }
     let mut mg_args = supervisor::mgmtd_args(&dir, &e.s3, &e.admin, &e.datapath, args.drives);
     mg_args.extend(["--resp".to_string(), e.resp.clone()]);
+    // Every node of a local cluster shares this machine's memory.
+    let kv_ram = match &args.kv_ram {
+        Some(s) => s.clone(),
+        None => {
+            let memory = cairn_sysutil::memory::total().unwrap_or(4 << 30);
+            (memory / 4 / u64::from(args.nodes.max(1))).to_string()
+        }
+    };
+    mg_args.extend(["--kv-ram".to_string(), kv_ram]);
     for d in &args.s3_domains {
         mg_args.extend(["--s3-domain".to_string(), d.clone()]);
     }
@@ -261,6 +274,13 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
     }
     if args.drives == 0 {
         return Err(NodectlError::Usage("--drives must be at least 1".into()));
+    }
+    if let Some(s) = &args.kv_ram {
+        if cairn_sysutil::memory::parse_size(s).is_none() {
+            return Err(NodectlError::Usage(format!(
+                "--kv-ram {s:?} is not a size (e.g. 512M, 4G, 0 for off)"
+            )));
+        }
     }
     if args.netns && args.nodes == 1 {
         return Err(NodectlError::Usage(

@@ -1,0 +1,313 @@
+//! The KV tier on a real node, over RESP: expiry changed in place (EXPIRE,
+//! PERSIST), SCAN, INFO, the RAM tier (hits, promotion on read, its bound) and
+//! the intake budget under a flood of large SETs.
+
+use cairn_it::{random_bytes, Node, NodeOptions, ACCESS_KEY, SECRET_KEY};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const MIB: usize = 1 << 20;
+
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// A RESP2 reply, parsed.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+struct Client(BufReader<TcpStream>);
+
+impl Client {
+    async fn connect(addr: &str) -> Client {
+        let mut c = Client(BufReader::new(TcpStream::connect(addr).await.unwrap()));
+        let r = c
+            .call(&[b"AUTH", ACCESS_KEY.as_bytes(), SECRET_KEY.as_bytes()])
+            .await;
+        assert_eq!(r, Reply::Simple("OK".into()));
+        c
+    }
+
+    async fn call(&mut self, args: &[&[u8]]) -> Reply {
+        self.0.get_mut().write_all(&encode(args)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(60), self.reply())
+            .await
+            .expect("a reply in time")
+    }
+
+    async fn reply(&mut self) -> Reply {
+        let mut line = Vec::new();
+        self.0.read_until(b'\n', &mut line).await.unwrap();
+        assert!(line.ends_with(b"\r\n"), "line {line:?}");
+        let body = String::from_utf8_lossy(&line[1..line.len() - 2]).to_string();
+        match line[0] {
+            b'+' => Reply::Simple(body),
+            b'-' => Reply::Error(body),
+            b':' => Reply::Int(body.parse().unwrap()),
+            b'$' => {
+                let n: i64 = body.parse().unwrap();
+                if n < 0 {
+                    return Reply::Bulk(None);
+                }
+                let mut v = vec![0u8; n as usize + 2];
+                self.0.read_exact(&mut v).await.unwrap();
+                assert_eq!(&v[n as usize..], b"\r\n");
+                v.truncate(n as usize);
+                Reply::Bulk(Some(v))
+            }
+            b'*' => {
+                let n: usize = body.parse().unwrap();
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(Box::pin(self.reply()).await);
+                }
+                Reply::Array(items)
+            }
+            other => panic!("unexpected reply type {other}"),
+        }
+    }
+
+    async fn int(&mut self, args: &[&[u8]]) -> i64 {
+        match self.call(args).await {
+            Reply::Int(n) => n,
+            r => panic!("{:?}: {r:?}", String::from_utf8_lossy(args[0])),
+        }
+    }
+
+    /// One field of INFO, as a number.
+    async fn info(&mut self, section: &str, field: &str) -> f64 {
+        let Reply::Bulk(Some(b)) = self.call(&[b"INFO", section.as_bytes()]).await else {
+            panic!("INFO is a bulk string")
+        };
+        let text = String::from_utf8(b).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:")))
+            .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{text}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+fn ok() -> Reply {
+    Reply::Simple("OK".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kv_tier_end_to_end() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let addr: &'static str = Box::leak(port.into_boxed_str());
+    let _node = Node::start(NodeOptions {
+        mgmtd_env: vec![
+            ("CAIRN_RESP", addr),
+            ("CAIRN_KV_RAM", "64M"),
+            ("CAIRN_RESP_INTAKE", "16M"),
+        ],
+        ..Default::default()
+    });
+    expiry_in_place(addr).await;
+    scan(addr).await;
+    ram_tier(addr).await;
+    intake_flood(addr).await;
+}
+
+async fn expiry_in_place(addr: &str) {
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.call(&[b"SET", b"e", b"value"]).await, ok());
+    assert_eq!(c.int(&[b"TTL", b"e"]).await, -1);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"100"]).await, 1);
+    assert_eq!(c.int(&[b"TTL", b"e"]).await, 100);
+    // NX: only without an expiry; XX: only with one; GT/LT against the current.
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"50", b"NX"]).await, 0);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"50", b"GT"]).await, 0);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"50", b"LT"]).await, 1);
+    assert_eq!(c.int(&[b"TTL", b"e"]).await, 50);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"200", b"XX"]).await, 1);
+    assert_eq!(c.int(&[b"PERSIST", b"e"]).await, 1);
+    assert_eq!(c.int(&[b"TTL", b"e"]).await, -1);
+    assert_eq!(c.int(&[b"PERSIST", b"e"]).await, 0);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"50", b"XX"]).await, 0);
+    assert_eq!(c.int(&[b"EXPIRE", b"e", b"50", b"GT"]).await, 0);
+    // The value is untouched by all of it.
+    assert_eq!(
+        c.call(&[b"GET", b"e"]).await,
+        Reply::Bulk(Some(b"value".to_vec()))
+    );
+    assert_eq!(c.int(&[b"EXPIRE", b"nothing", b"10"]).await, 0);
+    assert_eq!(c.int(&[b"PERSIST", b"nothing"]).await, 0);
+    assert!(matches!(
+        c.call(&[b"EXPIRE", b"e", b"ten"]).await,
+        Reply::Error(m) if m.starts_with("ERR value is not an integer")
+    ));
+    assert!(matches!(
+        c.call(&[b"EXPIRE", b"e", b"10", b"NX", b"XX"]).await,
+        Reply::Error(m) if m.contains("not compatible")
+    ));
+    // A short expiry passes; a time in the past deletes at once.
+    assert_eq!(c.int(&[b"PEXPIRE", b"e", b"100"]).await, 1);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(c.call(&[b"GET", b"e"]).await, Reply::Bulk(None));
+    assert_eq!(c.call(&[b"SET", b"p", b"v"]).await, ok());
+    assert_eq!(c.int(&[b"EXPIREAT", b"p", b"1000"]).await, 1);
+    assert_eq!(c.int(&[b"EXISTS", b"p"]).await, 0);
+}
+
+async fn scan(addr: &str) {
+    let mut c = Client::connect(addr).await;
+    let mut want = BTreeSet::new();
+    for i in 0..25 {
+        let k = format!("scan:{i:02}\x01");
+        assert_eq!(c.call(&[b"SET", k.as_bytes(), b"x"]).await, ok());
+        want.insert(k.into_bytes());
+    }
+    for k in ["other:1", "scan", "scam:1"] {
+        assert_eq!(c.call(&[b"SET", k.as_bytes(), b"x"]).await, ok());
+    }
+    let (mut cursor, mut got, mut calls) = (b"0".to_vec(), Vec::new(), 0);
+    loop {
+        let r = c
+            .call(&[b"SCAN", &cursor, b"MATCH", b"scan:*", b"COUNT", b"7"])
+            .await;
+        let Reply::Array(parts) = r else {
+            panic!("SCAN: {r:?}")
+        };
+        let [Reply::Bulk(Some(next)), Reply::Array(keys)] = &parts[..] else {
+            panic!("SCAN: {parts:?}")
+        };
+        for k in keys {
+            let Reply::Bulk(Some(k)) = k else {
+                panic!("{k:?}")
+            };
+            got.push(k.clone());
+        }
+        calls += 1;
+        cursor = next.clone();
+        if cursor == b"0" {
+            break;
+        }
+        assert!(calls < 100, "SCAN ends");
+    }
+    assert!(calls >= 4, "COUNT 7 pages 25 keys: {calls} calls");
+    assert_eq!(got.len(), want.len(), "every key once");
+    assert_eq!(got.into_iter().collect::<BTreeSet<_>>(), want);
+    assert_eq!(
+        c.call(&[b"SCAN", b"12345"]).await,
+        Reply::Error("ERR invalid cursor".into())
+    );
+    let Reply::Array(all) = c.call(&[b"SCAN", b"0", b"COUNT", b"1000"]).await else {
+        panic!()
+    };
+    assert!(matches!(&all[..], [Reply::Bulk(Some(z)), Reply::Array(_)] if z == b"0"));
+    assert_eq!(
+        c.call(&[b"TYPE", b"scan"]).await,
+        Reply::Simple("string".into())
+    );
+    assert_eq!(
+        c.call(&[b"TYPE", b"none"]).await,
+        Reply::Simple("none".into())
+    );
+    let Reply::Bulk(Some(ks)) = c.call(&[b"INFO", b"keyspace"]).await else {
+        panic!()
+    };
+    let ks = String::from_utf8(ks).unwrap();
+    assert!(ks.contains("db0:keys=28,expires=0"), "{ks}");
+}
+
+async fn ram_tier(addr: &str) {
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.info("memory", "maxmemory").await, (64 * MIB) as f64);
+    let value = random_bytes(4 * MIB, 1);
+    let hits = c.info("stats", "cairn_ram_hits").await;
+    assert_eq!(c.call(&[b"SET", b"hot", &value]).await, ok());
+    // Held when written: the first read is already a hit.
+    assert_eq!(
+        c.call(&[b"GET", b"hot"]).await,
+        Reply::Bulk(Some(value.clone()))
+    );
+    assert_eq!(c.info("stats", "cairn_ram_hits").await, hits + 1.0);
+    // 20 values of 4 MiB (80 MiB) through a 64 MiB tier: the first ones leave
+    // RAM, and every value still reads back right, from the drives.
+    let values: Vec<Vec<u8>> = (0..20).map(|i| random_bytes(4 * MIB, 100 + i)).collect();
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(c.call(&[b"SET", format!("v{i}").as_bytes(), v]).await, ok());
+    }
+    assert!(c.info("memory", "cairn_ram_tier_bytes").await <= (64 * MIB) as f64);
+    assert!(c.info("stats", "cairn_ram_evictions").await >= 4.0);
+    let misses = c.info("stats", "cairn_ram_misses").await;
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(
+            c.call(&[b"GET", format!("v{i}").as_bytes()]).await,
+            Reply::Bulk(Some(v.clone())),
+            "value {i}"
+        );
+    }
+    let missed = c.info("stats", "cairn_ram_misses").await - misses;
+    assert!(
+        missed >= 4.0,
+        "the evicted values were read from the drives"
+    );
+    // A value read from the drives was promoted: read again, it is a hit.
+    let hits = c.info("stats", "cairn_ram_hits").await;
+    assert_eq!(
+        c.call(&[b"GET", b"v19"]).await,
+        Reply::Bulk(Some(values[19].clone()))
+    );
+    assert_eq!(c.info("stats", "cairn_ram_hits").await, hits + 1.0);
+    // An overwrite is seen at once (the tier is keyed by write, not by key).
+    assert_eq!(c.call(&[b"SET", b"v19", b"new"]).await, ok());
+    assert_eq!(
+        c.call(&[b"GET", b"v19"]).await,
+        Reply::Bulk(Some(b"new".to_vec()))
+    );
+    assert!(c.info("memory", "cairn_ram_tier_bytes").await <= (64 * MIB) as f64);
+}
+
+/// Eight clients each SET four 8 MiB values at once through a 16 MiB intake
+/// budget: they take turns (no deadlock, nothing refused) and every value is
+/// stored whole.
+async fn intake_flood(addr: &str) {
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let addr = addr.to_string();
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::connect(&addr).await;
+            let mut sums = Vec::new();
+            for i in 0..4 {
+                let v = random_bytes(8 * MIB, t * 10 + i);
+                let k = format!("flood{t}.{i}");
+                assert_eq!(c.call(&[b"SET", k.as_bytes(), &v]).await, ok());
+                sums.push((k, v));
+            }
+            sums
+        }));
+    }
+    let mut c = Client::connect(addr).await;
+    for t in tasks {
+        for (k, v) in t.await.unwrap() {
+            assert_eq!(c.int(&[b"STRLEN", k.as_bytes()]).await, v.len() as i64);
+            assert_eq!(c.call(&[b"GET", k.as_bytes()]).await, Reply::Bulk(Some(v)));
+        }
+    }
+    assert_eq!(c.info("memory", "cairn_intake_in_use").await, 0.0);
+    assert_eq!(
+        c.info("memory", "cairn_intake_bytes").await,
+        (16 * MIB) as f64
+    );
+}

@@ -1,0 +1,218 @@
+//! The RAM tier: the verified plaintext of whole extents held in memory, so hot
+//! values are served without a trip through the datapath.
+//!
+//! Entries are keyed by extent id. An extent's bytes never change once written (an
+//! overwrite writes a new extent with a new random id), so an entry is never stale:
+//! whether it is still *reachable* is decided by the manifest the caller looked up
+//! after its metadata barrier. Coherence across nodes therefore comes from the
+//! Raft-ordered metadata exactly as without the tier; the tier only saves the fetch.
+//!
+//! Bounded by bytes, least recently used first out (moka, with its LRU policy:
+//! TinyLFU's admission filter would refuse a value written once and read once
+//! right after, which is the KV-cache pattern). What enters: values a front end
+//! asks to hold when it writes them ([`crate::ObjectStore::hold`]), and extents
+//! read whole through [`crate::ObjectStore::read_hot`] (promotion on read).
+
+use bytes::Bytes;
+use moka::notification::RemovalCause;
+use moka::policy::EvictionPolicy;
+use moka::sync::Cache;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What the tier has done since the node started.
+#[derive(Debug, Default)]
+pub struct RamCounters {
+    /// Extents served from RAM.
+    pub hits: AtomicU64,
+    /// Extents a hot read had to fetch through the datapath.
+    pub misses: AtomicU64,
+    /// Extents taken in (on write or promoted on read).
+    pub admitted: AtomicU64,
+    /// Extents pushed out to make room (their bytes stay on the drives).
+    pub evicted: AtomicU64,
+    /// Bytes served from RAM.
+    pub bytes_out: AtomicU64,
+    /// Bytes taken in.
+    pub bytes_in: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Held {
+    tenant: u64,
+    bytes: Bytes,
+}
+
+/// The node's RAM tier (see the module doc). Capacity 0 turns it off.
+pub struct RamTier {
+    cache: Option<Cache<u128, Held>>,
+    capacity: u64,
+    counters: Arc<RamCounters>,
+}
+
+impl std::fmt::Debug for RamTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RamTier")
+            .field("capacity", &self.capacity)
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+impl RamTier {
+    /// A tier holding at most `capacity` bytes of values (0: off).
+    pub fn new(capacity: u64) -> RamTier {
+        let counters = Arc::new(RamCounters::default());
+        let cache = (capacity > 0).then(|| {
+            let c = counters.clone();
+            Cache::builder()
+                .max_capacity(capacity)
+                .eviction_policy(EvictionPolicy::lru())
+                // A value over 4 GiB is never held (see `admit`), so its length fits.
+                .weigher(|_: &u128, h: &Held| h.bytes.len() as u32)
+                .eviction_listener(move |_, _, cause| {
+                    if cause == RemovalCause::Size {
+                        c.evicted.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .support_invalidation_closures()
+                .build()
+        });
+        RamTier {
+            cache,
+            capacity,
+            counters,
+        }
+    }
+
+    /// The bound, in bytes (0: the tier is off).
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes held now.
+    pub fn bytes(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.weighted_size())
+    }
+
+    /// Extents held now.
+    pub fn entries(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.entry_count())
+    }
+
+    pub fn counters(&self) -> &RamCounters {
+        &self.counters
+    }
+
+    /// The largest value held: an eighth of the tier, so one value never empties
+    /// it of everything else.
+    pub fn largest(&self) -> u64 {
+        (self.capacity / 8).min(u32::MAX as u64)
+    }
+
+    /// The extent's bytes, when held (and counts the hit).
+    pub(crate) fn get(&self, extent: u128) -> Option<Bytes> {
+        let held = self.cache.as_ref()?.get(&extent)?;
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_out
+            .fetch_add(held.bytes.len() as u64, Ordering::Relaxed);
+        Some(held.bytes)
+    }
+
+    pub(crate) fn missed(&self) {
+        if self.cache.is_some() {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a hot read of an extent this large should bring it in.
+    pub(crate) fn takes(&self, len: u64) -> bool {
+        self.cache.is_some() && len > 0 && len <= self.largest()
+    }
+
+    /// Holds an extent's verified plaintext. The bound is kept before this returns:
+    /// pending evictions run at once, so a flood of writes cannot outgrow it.
+    pub(crate) fn admit(&self, tenant: u64, extent: u128, bytes: Bytes) {
+        let Some(c) = &self.cache else { return };
+        if !self.takes(bytes.len() as u64) {
+            return;
+        }
+        self.counters.admitted.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_in
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        c.insert(extent, Held { tenant, bytes });
+        c.run_pending_tasks();
+    }
+
+    /// Drops an extent (freed: nothing references it any more).
+    pub(crate) fn forget(&self, extent: u128) {
+        if let Some(c) = &self.cache {
+            c.invalidate(&extent);
+        }
+    }
+
+    /// Drops every extent of a tenant (its key was destroyed: no plaintext of it
+    /// may stay anywhere).
+    pub fn forget_tenant(&self, tenant: u64) {
+        if let Some(c) = &self.cache {
+            // Only fails when closures are not supported, and they are.
+            let _ = c.invalidate_entries_if(move |_, h| h.tenant == tenant);
+            c.run_pending_tasks();
+        }
+    }
+
+    /// The tenants with bytes held, so a sweep can drop those that were purged.
+    pub(crate) fn tenants(&self) -> std::collections::BTreeSet<u64> {
+        self.cache
+            .as_ref()
+            .map(|c| c.iter().map(|(_, h)| h.tenant).collect())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_up_to_its_bound_and_drops_the_least_recently_used() {
+        let ram = RamTier::new(64 << 10);
+        for i in 0..8u128 {
+            ram.admit(1, i, Bytes::from(vec![i as u8; 8 << 10]));
+        }
+        assert_eq!(ram.bytes(), 64 << 10);
+        assert!(ram.get(0).is_some(), "0 is now the most recently used");
+        ram.admit(1, 8, Bytes::from(vec![8; 8 << 10]));
+        assert!(ram.bytes() <= 64 << 10);
+        assert!(ram.get(0).is_some());
+        assert!(ram.get(1).is_none(), "1 was the least recently used");
+        assert_eq!(ram.counters().evicted.load(Ordering::Relaxed), 1);
+        assert_eq!(&ram.get(8).unwrap()[..], &[8u8; 8 << 10][..]);
+    }
+
+    #[test]
+    fn refuses_values_over_an_eighth_and_holds_nothing_when_off() {
+        let ram = RamTier::new(64 << 10);
+        ram.admit(1, 1, Bytes::from(vec![0; (8 << 10) + 1]));
+        assert!(ram.get(1).is_none());
+        let off = RamTier::new(0);
+        off.admit(1, 1, Bytes::from_static(b"x"));
+        assert!(off.get(1).is_none());
+        assert_eq!(off.bytes(), 0);
+    }
+
+    #[test]
+    fn a_purged_tenant_leaves_nothing_behind() {
+        let ram = RamTier::new(1 << 20);
+        ram.admit(1, 1, Bytes::from_static(b"one"));
+        ram.admit(2, 2, Bytes::from_static(b"two"));
+        ram.forget_tenant(1);
+        assert!(ram.get(1).is_none());
+        assert!(ram.get(2).is_some());
+        assert_eq!(ram.tenants(), [2].into());
+        ram.forget(2);
+        assert!(ram.get(2).is_none());
+    }
+}
