@@ -4,7 +4,7 @@
 #
 # Usage: bench/kv.sh [--quick]
 #
-#   (on 2 shared cores, once built: full run ~3 min, --quick ~1.5 min)
+#   (on 2 shared cores, once built: full run ~1 min, --quick ~20 s)
 #
 # Prints one markdown table to stdout and to bench-out/kv-results.md (raw RESULT
 # lines in bench-out/kv-raw.txt, logs in bench-out/kv-logs/).
