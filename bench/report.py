@@ -4,6 +4,7 @@
   report.py fio-json NAME FILE     fio --output-format=json -> one RESULT line
   report.py table RAW META         RESULT lines (RAW) + key=value lines (META) -> markdown
   report.py cluster-table RAW META the same for bench/cluster.sh
+  report.py kv-table RAW META      the same for bench/kv.sh
 """
 
 import json
@@ -226,6 +227,76 @@ def cluster_table(raw, meta_path):
     print("\n".join(L))
 
 
+def kv_table(raw, meta_path):
+    # RESULT kv <mode> <label> ...: keyed by label.
+    r = {k[2]: v for k, v in parse(raw).items() if k[0] == "kv" and len(k) >= 3}
+    meta = read_meta(meta_path)
+    chunks = int(meta.get("chunks", "0"))
+    mib = int(meta.get("chunk_mib", "32"))
+    tokens = int(meta.get("tokens", "0"))
+    ctx_bytes = chunks * mib * (1 << 20)
+    prefill = float(meta.get("prefill_toks", "0"))
+    L = [f"# Cairn KV-cache tier benchmark ({meta.get('mode', '?')} run)", ""]
+    for k in ("date", "commit", "cairn_bin", "cpu", "cores", "ram", "fs", "client", "cairn",
+              "cairn_writable_after", "redis", "load_before", "load_after", "duration"):
+        if k in meta:
+            L.append(f"- **{k}**: {meta[k]}")
+    L.append(f"- **context**: {chunks} chunks x {mib} MiB = {ctx_bytes / (1 << 30):.0f} GiB "
+             f"= {tokens:,} tokens of Llama-3.1-8B bf16 KV cache (128 KiB/token, 256-token "
+             f"chunks), {meta.get('conns', '?')} connections")
+    for k in ("rss_cairn_start", "rss_cairn_after_set", "rss_cairn_after_get_cold",
+              "rss_cairn_after_get_warm", "rss_cairn_max", "rss_redis"):
+        if k in meta:
+            L.append(f"- **{k}** (n1 mgmtd, n1 datapathd, n2 mgmtd, n2 datapathd)"
+                     if k.startswith("rss_cairn") else f"- **{k}**")
+            L[-1] += f": {meta[k]}"
+    bad = [(k[len("status_"):], v) for k, v in meta.items() if k.startswith("status_") and v != "ok"]
+    for name, v in bad:
+        L.append(f"- **{name}**: **{v}**")
+    L.append("")
+
+    def g(label):
+        return num(r.get(label, {}), "gbps")
+
+    rows = [
+        ("Loopback TCP ceiling (kvbench tcp)", "GET", "tcp", "tcp", None),
+        ("Loopback TCP ceiling (kvbench tcp --op set)", "SET", "tcp-set", "tcp-set", None),
+        ("Cairn, 2 nodes: prefill via node 1", "SET", "cairn-set", "tcp-set", "redis-set"),
+        ("Cairn: decode via node 2, cold", "GET", "cairn-get-cold", "tcp", "redis-get"),
+        ("Cairn: decode via node 2, warm (2nd read)", "GET", "cairn-get-warm", "tcp", "redis-get"),
+        ("redis-server (RAM only)", "SET", "redis-set", "tcp-set", None),
+        ("redis-server (RAM only)", "GET", "redis-get", "tcp", None),
+    ]
+    L.append("| system | op | GB/s | p50 / p99 ms per 32 MiB | vs loopback | vs redis-server |")
+    L.append("|---|---|---|---|---|---|")
+    for name, op, label, lo, rd in rows:
+        x = r.get(label, {})
+        v = g(label)
+        lat = f"{x['p50ms']} / {x['p99ms']}" if x else "–"
+        vs_lo = ratio(v, g(lo)) if label != lo else "–"
+        vs_rd = ratio(v, g(rd)) if rd else "–"
+        L.append(f"| {name} | {op} | {f'{v:.2f}' if v is not None else '–'} | {lat} | "
+                 f"{vs_lo} | {vs_rd} |")
+    L.append("")
+    rec = tokens / prefill if prefill else None
+    L.append(f"The turn: loading the context's KV cache ({ctx_bytes / 1e9:.2f} GB) vs recomputing "
+             f"its {tokens:,} tokens at {prefill:,.0f} tokens/s "
+             f"({'%.2f s' % rec if rec else '–'}); ratio > 1: loading is faster.")
+    L.append("")
+    L.append("| KV source | load time s | recompute s | recompute / load |")
+    L.append("|---|---|---|---|")
+    for name, label in (("Cairn GET cold", "cairn-get-cold"), ("Cairn GET warm", "cairn-get-warm"),
+                        ("redis-server GET", "redis-get"), ("loopback ceiling", "tcp")):
+        v = g(label)
+        load = ctx_bytes / (v * 1e9) if v else None
+        L.append(f"| {name} | {f'{load:.2f}' if load else '–'} | "
+                 f"{f'{rec:.2f}' if rec else '–'} | {ratio(rec, load)} |")
+    L.append("")
+    L.append(f"GB = 10^9 bytes. Prefill rate: {meta.get('prefill_src', '?')}. Ratios vs "
+             "loopback: to `kvbench tcp` for GETs and `kvbench tcp --op set` for SETs.")
+    print("\n".join(L))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "fio-json":
         fio_json(sys.argv[2], sys.argv[3])
@@ -233,5 +304,7 @@ if __name__ == "__main__":
         table(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "cluster-table":
         cluster_table(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "kv-table":
+        kv_table(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)
