@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing Cairn needs on a fresh Debian 12 machine:
 # ISA-L (erasure coding), a C toolchain, curl, the S3 clients the shell-level
-# checks use (aws CLI, boto3, minio-py, s3cmd), redis-cli (redis-tools) for the RESP check, iproute2 (clusters in network namespaces), the image
+# checks use (aws CLI, boto3, minio-py, s3cmd), redis-cli and redis-benchmark
+# (redis-tools) for the RESP checks, the KV check's clients (redis-py, awscrt) and
+# reference (redis-server), iproute2 (clusters in network namespaces), the image
 # build's tools (mmdebstrap, erofs, GPT and FAT without loop mounts) and QEMU with
 # OVMF, busybox and kmod (the VM tests in hwtests/). Idempotent; run as root.
 set -euo pipefail
 need_apt=()
 for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip \
-    redis-tools iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
+    redis-tools redis-server iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
     mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
@@ -17,11 +19,11 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 py=python3
-if ! $py -c 'import boto3, minio' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
+if ! $py -c 'import boto3, minio, redis, awscrt' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
   ! command -v s3cmd >/dev/null 2>&1; then
-  echo "ci/install-deps: pip install awscli boto3 minio s3cmd"
-  $py -m pip install -q awscli boto3 minio s3cmd 2>/dev/null ||
-    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd
+  echo "ci/install-deps: pip install awscli boto3 minio s3cmd redis awscrt"
+  $py -m pip install -q awscli boto3 minio s3cmd redis awscrt 2>/dev/null ||
+    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd redis awscrt
 fi
 # pyenv keeps console scripts behind shims that need a rehash.
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true

@@ -2,7 +2,8 @@
 # The test command: formatting, lints, the whole workspace's tests (unit, the real
 # daemons under fault injection, aws-sdk-s3 end to end), then a shell-level check
 # with the aws CLI and boto3 against `nodectl dev up`, cluster fault and partition
-# checks against `nodectl dev up --nodes 7/6`, a history check with failpoints on 5
+# checks against `nodectl dev up --nodes 7/6`, the KV tier with the real clients
+# (redis-cli, redis-py, redis-benchmark, awscrt) on 3 nodes, a history check with failpoints on 5
 # nodes, the userspace NVMe driver over VFIO in
 # a QEMU guest, and the firmware image built and booted by UEFI in QEMU.
 #
@@ -43,6 +44,8 @@ cargo build --release --bins
 ci/s3-check.sh target/release
 echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
 ci/cluster-check.sh target/release
+echo "== KV tier with the real clients: redis-cli, LMCache-like resp:// / redis-py / awscrt, redis-benchmark, tenants, node loss (3 nodes)"
+ci/kv-check.sh target/release
 echo "== history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
 # mgmtd with its failpoints compiled in (the dev profile: the deps are built);
 # nodectl and datapathd as released.
