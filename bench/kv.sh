@@ -24,9 +24,10 @@
 #     and .12; 2 file-backed drives per node; erasure 1+1 across the nodes, data
 #     sealed at rest, every SET acknowledged after fsync). The prefill server SETs
 #     the chunks through node 1; the decode server GETs them through node 2, twice:
-#     cold (node 2 has never served them) and warm (the second read: what a RAM tier
-#     would serve; without one the two are alike). mgmtd's and datapathd's RSS are
-#     sampled every second (bench-out/kv-logs/rss.txt).
+#     cold (node 2 has never served them: fetched and decrypted from the drives of
+#     both nodes, and promoted into node 2's RAM tier) and warm (the second read,
+#     served from node 2's RAM tier; --kv-ram sized to hold the context). mgmtd's
+#     and datapathd's RSS are sampled every second (bench-out/kv-logs/rss.txt).
 #  3. redis-server (Debian package; installed with apt-get once if missing, else
 #     "redis-server: unavailable (reason)"), started after Cairn is stopped (memory):
 #     a free port on 127.0.0.1, a password, --save '' --appendonly no (RAM only),
@@ -203,9 +204,12 @@ done
 export CAIRN_ROOT_ACCESS_KEY=AKKV$(hex 6) CAIRN_ROOT_SECRET_KEY=$(hex 20)
 CD=$WORK/cairn
 rm -rf "$CD"
-log "Cairn: nodectl dev up --nodes 2 --drives 2 --drive-size $DRIVE on $NET.11-12"
+# Each node's RAM tier holds the whole context (and a quarter more): node 1 keeps
+# what it is sent, node 2 what it reads cold, so the warm read is served from RAM.
+KV_RAM=$(( CHUNKS * 32 * 5 / 4 ))M
+log "Cairn: nodectl dev up --nodes 2 --drives 2 --drive-size $DRIVE --kv-ram $KV_RAM on $NET.11-12"
 "$BIN/nodectl" dev up --nodes 2 --drives 2 --drive-size "$DRIVE" --data "$CD" \
-  --base-ip "$NET.10" > "$LOGS/cairn.log" 2>&1 &
+  --kv-ram "$KV_RAM" --base-ip "$NET.10" > "$LOGS/cairn.log" 2>&1 &
 SUP=$!; PIDS+=("$SUP")
 for _ in $(seq 900); do
   grep -q 'nodes serving S3' "$LOGS/cairn.log" 2>/dev/null && break
@@ -240,7 +244,7 @@ done
 [ "$ready" = 1 ] || die "Cairn never took a 1 MiB SET in 2 min; see $LOGS/probe.log"
 meta cairn_writable_after "$(python3 -c "import time; print(f'{time.time() - $TW:.1f} s after RESP listened, {$i - 1} failed probe(s)')")"
 unset KVBENCH_USER KVBENCH_PASS
-meta cairn "nodectl dev up --nodes 2 --drives 2 --drive-size $DRIVE: $("$BIN/nodectl" cluster status --data "$CD" | head -1 | sed 's/.*epoch [0-9]* *term [0-9]* *//')"
+meta cairn "nodectl dev up --nodes 2 --drives 2 --drive-size $DRIVE --kv-ram $KV_RAM: $("$BIN/nodectl" cluster status --data "$CD" | head -1 | sed 's/.*epoch [0-9]* *term [0-9]* *//')"
 
 # mgmtd / datapathd RSS every second, for the memory column and to catch growth.
 (

@@ -42,11 +42,28 @@ impl Cluster {
                     if let Err(e) = me.manage_voters().await {
                         tracing::debug!("voter management: {e}");
                     }
+                } else if !me.reporting.load(std::sync::atomic::Ordering::Relaxed) {
+                    // A joiner not ready to take data yet (see `ready`).
                 } else if let Err(e) = me.report().await {
                     tracing::debug!("heartbeat: {e}");
                 }
             }
         });
+    }
+
+    /// Whether this node holds its reports (a joiner not yet ready for data).
+    pub fn reports_held(&self) -> bool {
+        !self.reporting.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// This node is ready to take data: it reports to the leader again, which
+    /// marks it up (and peers then route to it).
+    pub fn ready(&self) {
+        if self.reports_held() {
+            tracing::info!("this node's chunk service trusts the cluster: reporting as up");
+        }
+        self.reporting
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     async fn report(&self) -> Result<(), ClusterError> {

@@ -104,6 +104,7 @@ impl Cluster {
                 ..self.advert()
             },
             at_ms: now_ms(),
+            joining: false,
         })
         .await?;
         Ok(ca::token(&secrets)?)
@@ -129,6 +130,7 @@ impl Cluster {
                 ..a.clone()
             },
             at_ms: now_ms(),
+            joining: false,
         })
         .await?;
         if self.raft_status().leader == Some(self.id) {
@@ -165,7 +167,19 @@ impl Cluster {
     /// node, over TLS that checks the seed against the CA fingerprint in `token`;
     /// then installs the certificate the cluster signed for this node's own key.
     /// The caller then waits with [`Cluster::wait_member`].
+    /// The node holds its reports until the caller says it is [`Cluster::ready`]
+    /// (its chunk service trusts the cluster), so it enters the map down.
     pub async fn request_join(&self, seed: &str, token: &str) -> Result<String, ClusterError> {
+        self.reporting
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        let joined = self.join_via(seed, token).await;
+        if joined.is_err() {
+            self.ready();
+        }
+        joined
+    }
+
+    async fn join_via(&self, seed: &str, token: &str) -> Result<String, ClusterError> {
         let (ca_fp, _) = ca::parse_token(token)?;
         let key = ca::NodeKey::generate()?;
         let tls = cairn_pki::tls::pinned_ca_client_config(ca_fp)
@@ -231,6 +245,7 @@ impl Cluster {
         let master = cairn_envelope::MasterKey::load(&self.cfg.master_key)?;
         let cluster_id = self.map().cluster_id.clone();
         let cert_pem = issue(&secrets, &cluster_id, &req.node, &req.public_key)?;
+        let known = self.map().nodes.contains_key(&req.node.id);
         // The map names the certificate: peers accept it while the node is listed.
         self.propose_map(MapChange::AddNode {
             node: NodeAdvert {
@@ -238,12 +253,16 @@ impl Cluster {
                 ..req.node.clone()
             },
             at_ms: now_ms(),
+            joining: true,
         })
         .await?;
-        self.seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(req.node.id, Instant::now());
+        if known {
+            // A member joining again keeps its state: a fresh grace period.
+            self.seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(req.node.id, Instant::now());
+        }
         let is_known = self
             .raft
             .metrics()

@@ -110,6 +110,10 @@ pub enum MapChange {
     AddNode {
         node: NodeAdvert,
         at_ms: i64,
+        /// A node new to the map enters it down, until its first report: it
+        /// takes no data before its chunk service is ready for its peers.
+        #[serde(default)]
+        joining: bool,
     },
     SetState {
         node: NodeId,
@@ -139,7 +143,11 @@ impl ClusterMap {
                 self.cluster_id = cluster_id.clone();
                 self.protection = Some(*protection);
             }
-            MapChange::AddNode { node, at_ms } => {
+            MapChange::AddNode {
+                node,
+                at_ms,
+                joining,
+            } => {
                 let old = self.nodes.get(&node.id);
                 let mut drives = Vec::with_capacity(node.drives.len());
                 let mut next = self.next_drive;
@@ -169,6 +177,7 @@ impl ClusterMap {
                 let (state, since_ms, draining) = match old {
                     Some(o) if o.state == NodeState::Up => (o.state, o.since_ms, o.draining),
                     Some(o) => (NodeState::Up, *at_ms, o.draining),
+                    None if *joining => (NodeState::Down, *at_ms, false),
                     None => (NodeState::Up, *at_ms, false),
                 };
                 let cert = match (node.cert.is_empty(), old) {
@@ -262,11 +271,13 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(1, 2),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         m.apply(&MapChange::AddNode {
             node: advert(2, 2),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         assert_eq!(m.drive(3).map(|(n, l)| (n.id, l)), Some((2, 1)));
@@ -274,6 +285,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(1, 3),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         let ids: Vec<u16> = m.nodes[&1].drives.iter().map(|d| d.id).collect();
@@ -282,6 +294,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(3, 1),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         assert_eq!(m.nodes[&3].drives[0].id, 5);
@@ -318,6 +331,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(1, 1),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         m.apply(&MapChange::Drain { node: 1 }).unwrap();
@@ -334,6 +348,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(1, 1),
             at_ms: 2,
+            joining: false,
         })
         .unwrap();
         assert!(m.nodes[&1].draining, "drain survives a re-announcement");
@@ -345,6 +360,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: advert(1, 1),
             at_ms: 0,
+            joining: false,
         })
         .unwrap();
         let fp = format!("{:064x}", 1);
@@ -356,6 +372,7 @@ mod tests {
         m.apply(&MapChange::AddNode {
             node: again,
             at_ms: 1,
+            joining: false,
         })
         .unwrap();
         assert!(m.knows_cert(&fp));

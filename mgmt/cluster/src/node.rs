@@ -44,6 +44,11 @@ pub struct Cluster {
     pub(crate) log: log_store::LogStore,
     /// When a leader this node follows last spoke to it (see `election`).
     pub(crate) leader_contact: Mutex<Instant>,
+    /// Whether this node reports to the leader. A joiner holds its reports
+    /// until its chunk service trusts the cluster's certificates: it enters the
+    /// map down, and the first report makes it up, so no peer places data on a
+    /// chunk service that would still refuse it (see [`Cluster::ready`]).
+    pub(crate) reporting: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -94,6 +99,7 @@ impl Cluster {
             transport,
             cfg,
             seen: Mutex::new(HashMap::new()),
+            reporting: std::sync::atomic::AtomicBool::new(true),
             log,
             leader_contact: Mutex::new(Instant::now()),
         });

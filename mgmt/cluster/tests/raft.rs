@@ -182,6 +182,7 @@ async fn removed_members_lose_access() {
     let token = init(&a, "rm", 1, 1, 2).await;
     let b = member().await;
     b.cluster.request_join(&a.addr, &token).await.unwrap();
+    b.cluster.ready();
     b.cluster
         .wait_member(Duration::from_secs(20))
         .await

@@ -245,6 +245,43 @@ fn routes(
     out
 }
 
+/// A joiner's chunk service reads the member list (`write_members`) every two
+/// seconds; until it has, it refuses its peers. So the joiner reports as up only
+/// once its chunk service accepts this node's own certificate over the peer port,
+/// as any member's connection would be (the list names every member): a write
+/// placed on it from then on is not refused. Gives up waiting after 30 s (and
+/// reports anyway, so a node whose check cannot pass is not kept out for good).
+async fn until_trusted(
+    cluster: Arc<cairn_cluster::Cluster>,
+    tls: Option<Arc<cairn_cluster::Certified>>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let me = cluster.id();
+    while Instant::now() < deadline {
+        let map = cluster.map();
+        let (Some(tls), Some(n)) = (&tls, map.nodes.get(&me)) else {
+            break;
+        };
+        let Some(d) = n.drives.first() else { break };
+        let client = ChunkClient::with_tls(
+            n.chunk.clone(),
+            1,
+            Duration::from_secs(2),
+            tls.client.clone(),
+        );
+        let asked = client
+            .call(vec![cairn_chunkproto::Request::DriveInfo {
+                drive: d.local,
+            }])
+            .await;
+        if matches!(asked.as_deref(), Ok([Ok(_)])) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.ready();
+}
+
 impl ClusterNode {
     /// Once this node is a member: builds the object store over the cluster and
     /// keeps its fabric in step with the map. Returns the store.
@@ -274,6 +311,9 @@ impl ClusterNode {
         fabric.set_routes(routes(&map, me, &local, &mut peers, tls.as_deref()));
         let transport = self.cluster.transport().clone();
         write_members(&transport, &map);
+        if self.cluster.reports_held() {
+            tokio::spawn(until_trusted(self.cluster.clone(), tls.clone()));
+        }
         let key_path = crate::keys::path(&self.data);
         let (master, made) = crate::keys::for_member(&key_path, &meta, alone).await?;
         let store = ObjectStore::new(meta, self.cluster.clone(), fabric.clone(), store_cfg)?;

@@ -17,7 +17,8 @@ use std::sync::Arc;
 /// A body as it arrives: counted, hashed and checked against its declared length.
 struct Body<S> {
     inner: S,
-    md5: Md5,
+    /// None: no MD5 wanted (see [`crate::Etag::Write`]).
+    md5: Option<Md5>,
     got: u64,
     want: Option<u64>,
     max: u64,
@@ -47,7 +48,9 @@ where
                         max: self.max,
                     });
                 }
-                self.md5.update(&b);
+                if let Some(m) = &mut self.md5 {
+                    m.update(&b);
+                }
                 Ok(Some(b))
             }
             Some(Err(e)) => Err(ObjectError::Body(e.to_string())),
@@ -81,13 +84,14 @@ where
 impl ObjectStore {
     /// Stores a body as a new extent; returns it once every fragment that will be
     /// acknowledged is durable. Nothing references the extent until the caller
-    /// commits a manifest.
+    /// commits a manifest. The body's MD5 is computed only when `md5` is set.
     pub async fn write<S, E>(
         &self,
         tenant: u64,
         body: S,
         len: Option<u64>,
         max: u64,
+        md5: bool,
     ) -> Result<Written, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
@@ -101,7 +105,7 @@ impl ObjectStore {
         }
         let mut body = Body {
             inner: body,
-            md5: Md5::new(),
+            md5: md5.then(Md5::new),
             got: 0,
             want: len,
             max,
@@ -139,7 +143,7 @@ impl ObjectStore {
         // From here the caller's commit owns the extent.
         unfinished.armed = false;
         Ok(Written {
-            md5: hex::encode(body.md5.finalize_reset()),
+            md5: body.md5.map(|m| hex::encode(m.finalize())),
             extent,
             written_in,
         })

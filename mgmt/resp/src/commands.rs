@@ -8,7 +8,7 @@ use crate::shared::{Shared, Stats};
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition};
-use cairn_objects::{ObjectAttrs, ObjectError, ObjectStore};
+use cairn_objects::{Etag, ObjectAttrs, ObjectError, ObjectStore};
 use cairn_qos::Way;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -484,7 +484,12 @@ impl Session {
                 Err(e) => return Err(e.into()),
             }
         }
-        let mut attrs = ObjectAttrs::default();
+        // RESP clients never see an ETag: the write's id stands in for the MD5,
+        // which would be the costliest pass over the value.
+        let mut attrs = ObjectAttrs {
+            etag: Etag::Write,
+            ..Default::default()
+        };
         if let Some(ms) = ttl_ms {
             attrs
                 .user_meta

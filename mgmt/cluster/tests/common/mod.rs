@@ -82,6 +82,8 @@ pub fn bucket(name: &str) -> Command {
 /// Joins `m` to the cluster `seed` leads with `token`, and waits until it is a member.
 pub async fn join(m: &Member, seed: &Member, token: &str) {
     m.cluster.request_join(&seed.addr, token).await.unwrap();
+    // No chunk service here to wait for: ready at once.
+    m.cluster.ready();
     m.cluster
         .wait_member(Duration::from_secs(20))
         .await

@@ -172,7 +172,7 @@ pub(super) fn attrs(
         content_type,
         user_meta,
         headers: kept,
-        checksum: Default::default(),
+        ..Default::default()
     })
 }
 
