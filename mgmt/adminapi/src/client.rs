@@ -398,6 +398,34 @@ impl AdminClient {
         self.call(Method::PUT, &route, |r| r.json(&q)).await
     }
 
+    /// `GET /v1/tenants/{tenant}/kv/pools`.
+    pub async fn kv_pools(&self, tenant: &str) -> Result<Vec<crate::KvPoolView>, AdminError> {
+        let route = routes::fill(routes::KV_POOLS, &[tenant]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `POST /v1/tenants/{tenant}/kv/pools`.
+    pub async fn kv_pool_create(
+        &self,
+        tenant: &str,
+        p: crate::NewKvPool,
+    ) -> Result<crate::KvPoolView, AdminError> {
+        let route = routes::fill(routes::KV_POOLS, &[tenant]);
+        self.call(Method::POST, &route, |r| r.json(&p)).await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}/kv/pools/{pool}`.
+    pub async fn kv_pool_delete(&self, tenant: &str, pool: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::KV_POOL, &[tenant, pool]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/kv/stats`.
+    pub async fn kv_stats(&self) -> Result<crate::KvStats, AdminError> {
+        self.call(Method::GET, routes::KV_STATS, |r| r).await
+    }
+
     /// `GET /v1/tenants/{tenant}/buckets`.
     pub async fn tenant_buckets(&self, tenant: &str) -> Result<Vec<BucketView>, AdminError> {
         let route = routes::fill(routes::BUCKETS, &[tenant]);

@@ -17,6 +17,7 @@
 mod cluster;
 mod error;
 mod gc;
+mod kv;
 mod node;
 mod protection;
 mod scrub;
@@ -30,6 +31,7 @@ pub use cluster::{
 };
 pub use error::{ErrorBody, ErrorKind};
 pub use gc::{GcRound, GcRunQuery, GcStatus};
+pub use kv::{KvPoolView, KvStats, NewKvPool};
 pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
@@ -109,6 +111,15 @@ pub mod routes {
     pub const BUCKETS: &str = "/v1/tenants/{tenant}/buckets";
     /// `PUT` [`QuotaSpec`](crate::QuotaSpec) → [`BucketView`](crate::BucketView).
     pub const BUCKET_QUOTA: &str = "/v1/tenants/{tenant}/buckets/{bucket}/quota";
+
+    /// `GET` → `Vec<`[`KvPoolView`](crate::KvPoolView)`>`; `POST`
+    /// [`NewKvPool`](crate::NewKvPool) → [`KvPoolView`](crate::KvPoolView).
+    /// `{tenant}` may be `root`.
+    pub const KV_POOLS: &str = "/v1/tenants/{tenant}/kv/pools";
+    /// `DELETE` → `true`: the pool and every value in it.
+    pub const KV_POOL: &str = "/v1/tenants/{tenant}/kv/pools/{pool}";
+    /// `GET` → [`KvStats`](crate::KvStats).
+    pub const KV_STATS: &str = "/v1/kv/stats";
 
     /// `path` with its `{name}` placeholders filled, in order.
     pub fn fill(path: &str, values: &[&str]) -> String {

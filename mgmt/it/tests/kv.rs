@@ -114,7 +114,7 @@ async fn kv_tier_end_to_end() {
         .unwrap()
         .to_string();
     let addr: &'static str = Box::leak(port.into_boxed_str());
-    let _node = Node::start(NodeOptions {
+    let node = Node::start(NodeOptions {
         mgmtd_env: vec![
             ("CAIRN_RESP", addr),
             ("CAIRN_KV_RAM", "64M"),
@@ -126,6 +126,113 @@ async fn kv_tier_end_to_end() {
     scan(addr).await;
     ram_tier(addr).await;
     intake_flood(addr).await;
+    pools(addr, &node).await;
+}
+
+/// A caching pool: reached by SELECT and by `AUTH key/pool`, its keyspace apart
+/// from database 0, its default expiry applied, and when full its oldest values
+/// not pinned evicted; a storing pool refuses instead.
+async fn pools(addr: &str, node: &Node) {
+    let nodectl = |args: &[&str]| {
+        let (ok, out, err) = cairn_it::tenant::nodectl(node, args);
+        assert!(ok, "nodectl {args:?}: {err}");
+        out
+    };
+    nodectl(&[
+        "kv",
+        "pool",
+        "create",
+        "root",
+        "prefill",
+        "--capacity",
+        "20M",
+        "--ttl",
+        "3600",
+    ]);
+    nodectl(&[
+        "kv",
+        "pool",
+        "create",
+        "root",
+        "keep",
+        "--capacity",
+        "8M",
+        "--no-evict",
+        "--index",
+        "5",
+    ]);
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.call(&[b"SET", b"k", b"db0"]).await, ok());
+    assert_eq!(c.call(&[b"SELECT", b"1"]).await, ok());
+    assert_eq!(
+        c.call(&[b"GET", b"k"]).await,
+        Reply::Bulk(None),
+        "pools are apart"
+    );
+    assert_eq!(c.call(&[b"SET", b"k", b"prefill"]).await, ok());
+    let ttl = c.int(&[b"TTL", b"k"]).await;
+    assert!(
+        (3590..=3600).contains(&ttl),
+        "the pool's default expiry: {ttl}"
+    );
+    assert_eq!(
+        c.call(&[b"SELECT", b"9"]).await,
+        Reply::Error("ERR DB index is out of range".into())
+    );
+    // Through AUTH key/pool, as a client that sends nothing but AUTH.
+    let mut p = Client(BufReader::new(TcpStream::connect(addr).await.unwrap()));
+    let user = format!("{ACCESS_KEY}/prefill");
+    assert_eq!(
+        p.call(&[b"AUTH", user.as_bytes(), SECRET_KEY.as_bytes()])
+            .await,
+        ok()
+    );
+    assert_eq!(
+        p.call(&[b"GET", b"k"]).await,
+        Reply::Bulk(Some(b"prefill".to_vec()))
+    );
+    let nobody = format!("{ACCESS_KEY}/nope");
+    assert!(matches!(
+        p.call(&[b"AUTH", nobody.as_bytes(), SECRET_KEY.as_bytes()]).await,
+        Reply::Error(m) if m.contains("no KV pool")
+    ));
+    // 20 MiB of capacity: the first value pinned, then ten 4 MiB values. The
+    // oldest unpinned ones go to make room; the pinned one and the newest stay.
+    let first = random_bytes(4 * MIB, 500);
+    assert_eq!(c.call(&[b"SET", b"v0", &first]).await, ok());
+    assert_eq!(c.int(&[b"CAIRN.PIN", b"v0"]).await, 1);
+    assert_eq!(c.int(&[b"CAIRN.PIN", b"v0"]).await, 0);
+    let values: Vec<Vec<u8>> = (1..=10).map(|i| random_bytes(4 * MIB, 500 + i)).collect();
+    for (i, v) in values.iter().enumerate() {
+        let k = format!("v{}", i + 1);
+        assert_eq!(c.call(&[b"SET", k.as_bytes(), v]).await, ok(), "{k}");
+    }
+    assert_eq!(c.call(&[b"GET", b"v0"]).await, Reply::Bulk(Some(first)));
+    assert_eq!(
+        c.call(&[b"GET", b"v10"]).await,
+        Reply::Bulk(Some(values[9].clone()))
+    );
+    assert_eq!(c.int(&[b"EXISTS", b"v1"]).await, 0, "the oldest went");
+    assert!(c.info("stats", "evicted_keys").await >= 5.0);
+    // The storing pool refuses once full.
+    assert_eq!(c.call(&[b"SELECT", b"5"]).await, ok());
+    let v = random_bytes(3 * MIB, 600);
+    assert_eq!(c.call(&[b"SET", b"a", &v]).await, ok());
+    assert_eq!(c.call(&[b"SET", b"b", &v]).await, ok());
+    assert!(matches!(c.call(&[b"SET", b"c", &v]).await, Reply::Error(_)));
+    assert_eq!(c.int(&[b"EXISTS", b"a", b"b"]).await, 2);
+    let stats = nodectl(&["kv", "stats", "--json", "--interval", "0.1"]);
+    assert!(
+        stats.contains("\"prefill\"") && stats.contains("\"dropped\""),
+        "{stats}"
+    );
+    nodectl(&["kv", "pool", "delete", "root", "keep"]);
+    // A session still in the deleted pool finds nothing, and cannot write.
+    assert_eq!(c.call(&[b"GET", b"a"]).await, Reply::Bulk(None));
+    assert!(matches!(
+        c.call(&[b"SET", b"a", b"x"]).await,
+        Reply::Error(m) if m.contains("no such bucket")
+    ));
 }
 
 async fn expiry_in_place(addr: &str) {

@@ -26,6 +26,27 @@ pub struct BucketRecord {
     /// What the bucket may hold.
     #[serde(default, skip_serializing_if = "crate::Quota::is_none")]
     pub quota: crate::Quota,
+    /// Set: the bucket is a KV pool's keyspace (see [`KvPool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvPool>,
+}
+
+/// A tenant's named KV pool: a keyspace of its own, reached over RESP with
+/// `SELECT index` (or `AUTH key/name`), whose capacity on the drives is the
+/// bucket's quota. With `s3` the keyspace is that S3 bucket of the tenant, so the
+/// same values are objects there (the key's bytes, `%XX`-escaped outside
+/// printable ASCII, are the object key).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvPool {
+    pub name: String,
+    /// The database number RESP's SELECT takes (0 is the tenant's default pool).
+    pub index: u32,
+    /// Expiry given to a value set without one (none: values never expire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+    /// When the pool's capacity is full: true, the oldest values not pinned are
+    /// evicted to make room (a cache); false, the write is refused (a store).
+    pub evict: bool,
 }
 
 /// An object: its attributes and where its bytes are.

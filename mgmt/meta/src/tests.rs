@@ -49,6 +49,7 @@ async fn mkbucket(s: &MetaStore, b: &str) {
             created_ms: 0,
             location: None,
             quota: Default::default(),
+            kv: None,
         },
     })
     .await
@@ -66,7 +67,8 @@ async fn bucket_lifecycle_and_conditions() {
                 tenant: 1,
                 created_ms: 0,
                 location: None,
-                quota: Default::default()
+                quota: Default::default(),
+                kv: None
             }
         })
         .await,
@@ -635,6 +637,7 @@ async fn a_purged_tenant_goes_with_its_key_buckets_and_objects() {
                 created_ms: 0,
                 location: None,
                 quota: Default::default(),
+                kv: None,
             },
         })
         .await

@@ -184,6 +184,12 @@ pub(crate) async fn serve(
         .route(routes::TENANT_QOS, put(crate::tenants::set_qos))
         .route(routes::BUCKETS, get(crate::tenants::buckets))
         .route(routes::BUCKET_QUOTA, put(crate::tenants::set_bucket_quota))
+        .route(
+            routes::KV_POOLS,
+            get(crate::kv::pools).post(crate::kv::create),
+        )
+        .route(routes::KV_POOL, delete(crate::kv::delete))
+        .route(routes::KV_STATS, get(crate::kv::stats))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(App {
             node,

@@ -85,7 +85,9 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         | MetaError::UserExists(_)
         | MetaError::KeyExists
         | MetaError::TenantNotEmpty(_)
-        | MetaError::QuotaExceeded(_) => ErrorKind::Conflict,
+        | MetaError::QuotaExceeded(_)
+        | MetaError::BucketExists(_)
+        | MetaError::BucketNotEmpty(_) => ErrorKind::Conflict,
         MetaError::NoSuchBucket(_) => ErrorKind::NotFound,
         // What the admin API reads of the metadata is its own; anything else
         // failing there is the node's fault.

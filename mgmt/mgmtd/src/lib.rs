@@ -14,6 +14,7 @@ mod failpoints;
 mod failure;
 mod gc;
 mod keys;
+mod kv;
 mod resp;
 mod scrub;
 mod tenants;

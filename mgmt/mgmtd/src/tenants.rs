@@ -35,14 +35,14 @@ fn check_name(what: &str, name: &str) -> Result<(), Failure> {
 }
 
 /// The store, made current (a read barrier), for a consistent read.
-async fn current(app: &App) -> Result<Arc<ObjectStore>, Failure> {
+pub(crate) async fn current(app: &App) -> Result<Arc<ObjectStore>, Failure> {
     let store = app.store()?;
     store.sync().await?;
     Ok(store)
 }
 
 /// The tenant a path names: by name, else by hex id.
-fn find_tenant(meta: &MetaStore, named: &str) -> Result<(u64, TenantRecord), Failure> {
+pub(crate) fn find_tenant(meta: &MetaStore, named: &str) -> Result<(u64, TenantRecord), Failure> {
     if let Some(t) = meta.tenant_named(named)? {
         return Ok(t);
     }

@@ -6,6 +6,7 @@ mod cluster;
 mod dev;
 mod drives;
 mod gc;
+mod kv;
 mod nodeos;
 mod qos;
 mod scrub;
@@ -110,6 +111,11 @@ enum Cmd {
     Key {
         #[command(subcommand)]
         cmd: tenants::KeyCmd,
+    },
+    /// The KV-cache tier: pools (named keyspaces) and their figures.
+    Kv {
+        #[command(subcommand)]
+        cmd: kv::KvCmd,
     },
     /// Drives, capacity, objects and health of a node.
     Status {
@@ -332,6 +338,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Tenant { cmd } => tenants::tenant(cmd).await,
         Cmd::User { cmd } => tenants::user(cmd).await,
         Cmd::Key { cmd } => tenants::key(cmd).await,
+        Cmd::Kv { cmd } => kv::kv(cmd).await,
         Cmd::Scrub { cmd } => match cmd {
             ScrubCmd::Status { target, json } => scrub::status(&target, json).await,
             ScrubCmd::Start { target, wait, json } => scrub::start(&target, wait, json).await,

@@ -221,7 +221,7 @@ pub enum KeyCmd {
     },
 }
 
-fn print_json<T: serde::Serialize>(v: &T) {
+pub(crate) fn print_json<T: serde::Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 

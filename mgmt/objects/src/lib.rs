@@ -33,7 +33,7 @@ pub use fabric::{Fabric, Route};
 pub use gc::GcConfig;
 pub use health::DriveHealth;
 pub use placement::{place, Candidates};
-pub use ram::{RamCounters, RamTier};
+pub use ram::{GroupFigures, RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
 pub use sealing::new_tenant_key;
@@ -617,16 +617,32 @@ impl ObjectStore {
         name: &str,
         location: Option<String>,
     ) -> Result<(), ObjectError> {
+        self.create_bucket_as(
+            tenant,
+            name,
+            BucketRecord {
+                tenant,
+                created_ms: cairn_meta::now_ms(),
+                location,
+                quota: Default::default(),
+                kv: None,
+            },
+        )
+        .await
+    }
+
+    /// Creates a bucket as `record` says (a KV pool's keyspace, with its quota).
+    pub async fn create_bucket_as(
+        &self,
+        tenant: u64,
+        name: &str,
+        record: BucketRecord,
+    ) -> Result<(), ObjectError> {
         self.commit(
             tenant,
             Mutation::CreateBucket {
                 name: bucket_id(tenant, name),
-                record: BucketRecord {
-                    tenant,
-                    created_ms: cairn_meta::now_ms(),
-                    location,
-                    quota: Default::default(),
-                },
+                record,
             },
             Vec::new(),
         )
@@ -805,28 +821,32 @@ impl ObjectStore {
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
-        self.read_with(tenant, rec, start, end, false)
+        self.read_with(tenant, rec, start, end, None)
     }
 
     /// [`ObjectStore::read`], and every extent it reads whole through the
-    /// datapath is brought into the RAM tier (promotion on read): for values
-    /// that are read again, such as a KV cache's.
+    /// datapath is brought into the RAM tier (promotion on read), counted as
+    /// keyspace `group`'s (a bucket id): for values that are read again, such as
+    /// a KV cache's.
     pub fn read_hot(
         &self,
         tenant: u64,
+        group: &str,
         rec: &ObjectRecord,
         start: u64,
         end: u64,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
-        self.read_with(tenant, rec, start, end, true)
+        self.read_with(tenant, rec, start, end, Some(Arc::from(group)))
     }
 
-    /// Holds a value just written in the RAM tier, so reading it back costs no
-    /// fetch: `value` must be the whole of `rec`'s bytes (an object of one extent).
-    pub fn hold(&self, tenant: u64, rec: &ObjectRecord, value: &Bytes) {
+    /// Holds a value just written in the RAM tier (as keyspace `group`'s), so
+    /// reading it back costs no fetch: `value` must be the whole of `rec`'s bytes
+    /// (an object of one extent).
+    pub fn hold(&self, tenant: u64, group: &str, rec: &ObjectRecord, value: &Bytes) {
         if let [e] = &rec.extents[..] {
             if e.size == value.len() as u64 {
-                self.ram.admit(tenant, e.id, value.clone());
+                self.ram
+                    .admit(tenant, &Arc::from(group), e.id, value.clone());
             }
         }
     }
@@ -842,7 +862,7 @@ impl ObjectStore {
         rec: &ObjectRecord,
         start: u64,
         end: u64,
-        promote: bool,
+        promote: Option<Arc<str>>,
     ) -> BoxStream<'static, Result<Bytes, ObjectError>> {
         self.counters.foreground.fetch_add(1, Ordering::Relaxed);
         // The extents stay pinned while the stream lives: a free of them (an
@@ -868,7 +888,7 @@ impl ObjectStore {
             .boxed()
     }
 
-    fn reader(&self, tenant: u64, promote: bool) -> read::Reader {
+    fn reader(&self, tenant: u64, promote: Option<Arc<str>>) -> read::Reader {
         read::Reader {
             tenant,
             chunks: self.chunks.clone(),

@@ -17,8 +17,9 @@ use bytes::Bytes;
 use moka::notification::RemovalCause;
 use moka::policy::EvictionPolicy;
 use moka::sync::Cache;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What the tier has done since the node started.
 #[derive(Debug, Default)]
@@ -37,9 +38,32 @@ pub struct RamCounters {
     pub bytes_in: AtomicU64,
 }
 
+/// One keyspace's share of the tier (a keyspace: a bucket, by its id; a KV
+/// pool's, for `nodectl kv stats`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupFigures {
+    /// Bytes held now.
+    pub bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Values pushed out of RAM to make room.
+    pub evicted: u64,
+    /// Values deleted from the drives to make room in a full KV pool (counted
+    /// here, where a keyspace's other figures are, by the front end that did it).
+    pub dropped: u64,
+}
+
+type Groups = Arc<Mutex<BTreeMap<Arc<str>, GroupFigures>>>;
+
+fn with_group(groups: &Groups, g: &Arc<str>, f: impl FnOnce(&mut GroupFigures)) {
+    let mut m = groups.lock().unwrap_or_else(|e| e.into_inner());
+    f(m.entry(g.clone()).or_default());
+}
+
 #[derive(Clone)]
 struct Held {
     tenant: u64,
+    group: Arc<str>,
     bytes: Bytes,
 }
 
@@ -48,6 +72,7 @@ pub struct RamTier {
     cache: Option<Cache<u128, Held>>,
     capacity: u64,
     counters: Arc<RamCounters>,
+    groups: Groups,
 }
 
 impl std::fmt::Debug for RamTier {
@@ -63,17 +88,24 @@ impl RamTier {
     /// A tier holding at most `capacity` bytes of values (0: off).
     pub fn new(capacity: u64) -> RamTier {
         let counters = Arc::new(RamCounters::default());
+        let groups = Groups::default();
         let cache = (capacity > 0).then(|| {
             let c = counters.clone();
+            let g = groups.clone();
             Cache::builder()
                 .max_capacity(capacity)
                 .eviction_policy(EvictionPolicy::lru())
                 // A value over 4 GiB is never held (see `admit`), so its length fits.
                 .weigher(|_: &u128, h: &Held| h.bytes.len() as u32)
-                .eviction_listener(move |_, _, cause| {
-                    if cause == RemovalCause::Size {
+                .eviction_listener(move |_, held: Held, cause| {
+                    let size = cause == RemovalCause::Size;
+                    if size {
                         c.evicted.fetch_add(1, Ordering::Relaxed);
                     }
+                    with_group(&g, &held.group, |f| {
+                        f.bytes = f.bytes.saturating_sub(held.bytes.len() as u64);
+                        f.evicted += u64::from(size);
+                    });
                 })
                 .support_invalidation_closures()
                 .build()
@@ -82,6 +114,7 @@ impl RamTier {
             cache,
             capacity,
             counters,
+            groups,
         }
     }
 
@@ -104,6 +137,17 @@ impl RamTier {
         &self.counters
     }
 
+    /// Counts values a front end deleted to make room in keyspace `group`.
+    pub fn count_dropped(&self, group: &str, n: u64) {
+        with_group(&self.groups, &Arc::from(group), |f| f.dropped += n);
+    }
+
+    /// Each keyspace's share, by bucket id (keyspaces never held are absent).
+    pub fn groups(&self) -> BTreeMap<String, GroupFigures> {
+        let m = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        m.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+
     /// The largest value held: an eighth of the tier, so one value never empties
     /// it of everything else.
     pub fn largest(&self) -> u64 {
@@ -114,15 +158,17 @@ impl RamTier {
     pub(crate) fn get(&self, extent: u128) -> Option<Bytes> {
         let held = self.cache.as_ref()?.get(&extent)?;
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        with_group(&self.groups, &held.group, |f| f.hits += 1);
         self.counters
             .bytes_out
             .fetch_add(held.bytes.len() as u64, Ordering::Relaxed);
         Some(held.bytes)
     }
 
-    pub(crate) fn missed(&self) {
+    pub(crate) fn missed(&self, group: &Arc<str>) {
         if self.cache.is_some() {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            with_group(&self.groups, group, |f| f.misses += 1);
         }
     }
 
@@ -133,16 +179,23 @@ impl RamTier {
 
     /// Holds an extent's verified plaintext. The bound is kept before this returns:
     /// pending evictions run at once, so a flood of writes cannot outgrow it.
-    pub(crate) fn admit(&self, tenant: u64, extent: u128, bytes: Bytes) {
+    pub(crate) fn admit(&self, tenant: u64, group: &Arc<str>, extent: u128, bytes: Bytes) {
         let Some(c) = &self.cache else { return };
-        if !self.takes(bytes.len() as u64) {
+        if !self.takes(bytes.len() as u64) || c.contains_key(&extent) {
             return;
         }
+        let len = bytes.len() as u64;
         self.counters.admitted.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes_in
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        c.insert(extent, Held { tenant, bytes });
+        self.counters.bytes_in.fetch_add(len, Ordering::Relaxed);
+        with_group(&self.groups, group, |f| f.bytes += len);
+        c.insert(
+            extent,
+            Held {
+                tenant,
+                group: group.clone(),
+                bytes,
+            },
+        );
         c.run_pending_tasks();
     }
 
@@ -176,29 +229,35 @@ impl RamTier {
 mod tests {
     use super::*;
 
+    fn g() -> Arc<str> {
+        Arc::from("b")
+    }
+
     #[test]
     fn holds_up_to_its_bound_and_drops_the_least_recently_used() {
         let ram = RamTier::new(64 << 10);
         for i in 0..8u128 {
-            ram.admit(1, i, Bytes::from(vec![i as u8; 8 << 10]));
+            ram.admit(1, &g(), i, Bytes::from(vec![i as u8; 8 << 10]));
         }
         assert_eq!(ram.bytes(), 64 << 10);
         assert!(ram.get(0).is_some(), "0 is now the most recently used");
-        ram.admit(1, 8, Bytes::from(vec![8; 8 << 10]));
+        ram.admit(1, &g(), 8, Bytes::from(vec![8; 8 << 10]));
         assert!(ram.bytes() <= 64 << 10);
         assert!(ram.get(0).is_some());
         assert!(ram.get(1).is_none(), "1 was the least recently used");
         assert_eq!(ram.counters().evicted.load(Ordering::Relaxed), 1);
         assert_eq!(&ram.get(8).unwrap()[..], &[8u8; 8 << 10][..]);
+        let f = &ram.groups()["b"];
+        assert_eq!((f.bytes, f.evicted, f.hits), (64 << 10, 1, 3));
     }
 
     #[test]
     fn refuses_values_over_an_eighth_and_holds_nothing_when_off() {
         let ram = RamTier::new(64 << 10);
-        ram.admit(1, 1, Bytes::from(vec![0; (8 << 10) + 1]));
+        ram.admit(1, &g(), 1, Bytes::from(vec![0; (8 << 10) + 1]));
         assert!(ram.get(1).is_none());
         let off = RamTier::new(0);
-        off.admit(1, 1, Bytes::from_static(b"x"));
+        off.admit(1, &g(), 1, Bytes::from_static(b"x"));
         assert!(off.get(1).is_none());
         assert_eq!(off.bytes(), 0);
     }
@@ -206,13 +265,14 @@ mod tests {
     #[test]
     fn a_purged_tenant_leaves_nothing_behind() {
         let ram = RamTier::new(1 << 20);
-        ram.admit(1, 1, Bytes::from_static(b"one"));
-        ram.admit(2, 2, Bytes::from_static(b"two"));
+        ram.admit(1, &g(), 1, Bytes::from_static(b"one"));
+        ram.admit(2, &g(), 2, Bytes::from_static(b"two"));
         ram.forget_tenant(1);
         assert!(ram.get(1).is_none());
         assert!(ram.get(2).is_some());
         assert_eq!(ram.tenants(), [2].into());
         ram.forget(2);
         assert!(ram.get(2).is_none());
+        assert_eq!(ram.groups()["b"].bytes, 0, "what left is no longer counted");
     }
 }

@@ -30,8 +30,9 @@ pub(crate) struct Reader {
     pub read_ahead: usize,
     pub qos: Qos,
     pub ram: Arc<RamTier>,
-    /// Whole extents fetched through the datapath are brought into `ram`.
-    pub promote: bool,
+    /// Whole extents fetched through the datapath are brought into `ram`, as
+    /// this keyspace's (a bucket id); none: nothing is brought in.
+    pub promote: Option<Arc<str>>,
 }
 
 /// One unit of reading: a byte range of one stripe (or of one replicated extent).
@@ -52,6 +53,7 @@ struct Piece {
 /// copy, paid only on a miss; a hit costs none.
 struct Promotion {
     tenant: u64,
+    group: Arc<str>,
     extent: u128,
     size: usize,
     buf: std::sync::Mutex<BytesMut>,
@@ -64,7 +66,8 @@ impl Promotion {
             buf.extend_from_slice(p);
         }
         if buf.len() == self.size {
-            ram.admit(self.tenant, self.extent, std::mem::take(&mut *buf).freeze());
+            let bytes = std::mem::take(&mut *buf).freeze();
+            ram.admit(self.tenant, &self.group, self.extent, bytes);
         }
     }
 }
@@ -97,16 +100,17 @@ pub(crate) fn read_range(
             });
             continue;
         }
-        let promote =
-            (reader.promote && a == 0 && b == e.size && reader.ram.takes(e.size)).then(|| {
-                reader.ram.missed();
-                Arc::new(Promotion {
-                    tenant: reader.tenant,
-                    extent: e.id,
-                    size: e.size as usize,
-                    buf: std::sync::Mutex::new(BytesMut::with_capacity(e.size as usize)),
-                })
-            });
+        let whole = a == 0 && b == e.size && reader.ram.takes(e.size);
+        let promote = reader.promote.clone().filter(|_| whole).map(|group| {
+            reader.ram.missed(&group);
+            Arc::new(Promotion {
+                tenant: reader.tenant,
+                group,
+                extent: e.id,
+                size: e.size as usize,
+                buf: std::sync::Mutex::new(BytesMut::with_capacity(e.size as usize)),
+            })
+        });
         match &e.layout {
             Layout::Replicated { .. } => pieces.push(Piece {
                 extent,

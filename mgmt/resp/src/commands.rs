@@ -2,7 +2,8 @@
 //! visible in one place ([`Session::run`]).
 
 use crate::expiry::{self, expired, expiry, EXPIRES};
-use crate::keys::{bucket_for, encode_key};
+use crate::keys::encode_key;
+use crate::pools::{Pool, Which};
 use crate::reply::{arity, array, bulk, error, int, nil, ok};
 use crate::shared::{Shared, Stats};
 use crate::{RespConfig, RespError};
@@ -32,6 +33,8 @@ pub struct Session {
     cfg: Arc<RespConfig>,
     pub(crate) shared: Arc<Shared>,
     tenant: Option<u64>,
+    /// The keyspace commands work in: the tenant's default, or a KV pool.
+    pub(crate) pool: Pool,
     /// The access key the session authenticated with: checked again before
     /// every command, so a key revoked, or a user or tenant disabled or deleted,
     /// stops an open session at its next command.
@@ -51,6 +54,8 @@ const WRITES: &[&str] = &[
     "EXPIREAT",
     "PEXPIREAT",
     "PERSIST",
+    "CAIRN.PIN",
+    "CAIRN.UNPIN",
 ];
 
 impl Session {
@@ -60,6 +65,7 @@ impl Session {
             cfg,
             shared,
             tenant: None,
+            pool: Pool::default_for(0),
             access_key: None,
             read_only: false,
         }
@@ -162,9 +168,12 @@ impl Session {
                 }
             }
             "SELECT" => match a {
-                [db] if &db[..] == b"0" => ok(w).await?,
-                [_] => error(w, "ERR DB index is out of range").await?,
+                [db] => self.select(tenant, db, w).await?,
                 _ => return arity(w, "select").await,
+            },
+            "CAIRN.PIN" | "CAIRN.UNPIN" => match a {
+                [k] => self.pin(tenant, k, name == "CAIRN.PIN", w).await?,
+                _ => return arity(w, &name.to_ascii_lowercase()).await,
             },
             // Enough for redis-cli, which asks for command docs to show hints.
             "COMMAND" => match a.first().map(|s| s.to_ascii_uppercase()).as_deref() {
@@ -253,7 +262,7 @@ impl Session {
                     return arity(w, "del").await;
                 }
                 let mut n = 0;
-                let bucket = bucket_for(tenant);
+                let bucket = self.pool.bucket.clone();
                 for (k, rec) in a.iter().zip(self.lookup_raw(tenant, a).await?) {
                     let Some(rec) = rec else { continue };
                     match self
@@ -311,13 +320,33 @@ impl Session {
         pass: &[u8],
         w: &mut W,
     ) -> Result<bool, RespError> {
+        // `AUTH key/pool secret` names a KV pool of the key's tenant (a client
+        // that sends nothing but AUTH, as LMCache's resp://, chooses its pool so).
+        let (user, pool) = match user.iter().position(|b| *b == b'/') {
+            Some(i) => (&user[..i], Some(&user[i + 1..])),
+            None => (user, None),
+        };
         let found = match (std::str::from_utf8(user), std::str::from_utf8(pass)) {
             (Ok(u), Ok(p)) => self.cfg.keys.verify(u, p),
             _ => None,
         };
         match found {
             Some(id) => {
+                let pool = match pool {
+                    None => Pool::default_for(id.tenant),
+                    Some(name) => {
+                        let name = String::from_utf8_lossy(name);
+                        match self.find_pool(id.tenant, Which::Name(&name)).await? {
+                            Some(p) => p,
+                            None => {
+                                error(w, &format!("ERR no KV pool '{name}' for this key")).await?;
+                                return Ok(false);
+                            }
+                        }
+                    }
+                };
                 self.tenant = Some(id.tenant);
+                self.pool = pool;
                 self.access_key = std::str::from_utf8(user).ok().map(str::to_string);
                 self.read_only = id.role == cairn_meta::Role::ReadOnly;
                 ok(w).await?;
@@ -476,8 +505,10 @@ impl Session {
         ttl_ms: Option<i64>,
         cond: Precondition,
     ) -> Result<(), RespError> {
-        let bucket = bucket_for(tenant);
-        if !self.bucket_exists(tenant).await? {
+        let bucket = self.pool.bucket.clone();
+        // A named pool's keyspace is made with the pool; only the default one is
+        // made here (a pool deleted meanwhile is told as a missing bucket).
+        if self.pool.kv.is_none() && !self.bucket_exists(tenant).await? {
             match self.store.create_bucket(tenant, &bucket, None).await {
                 // Another connection (or node) created it first.
                 Ok(()) | Err(ObjectError::Meta(MetaError::BucketExists(_))) => {}
@@ -490,12 +521,14 @@ impl Session {
             etag: Etag::Write,
             ..Default::default()
         };
+        let ttl_ms = ttl_ms.or(self.pool.kv.as_ref().and_then(|k| k.ttl_ms));
         if let Some(ms) = ttl_ms {
             attrs
                 .user_meta
                 .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
         }
         let len = value.len() as u64;
+        self.make_room(tenant, len).await?;
         Stats::add(&self.shared.stats.bytes_in, len);
         let held = value.clone();
         let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
@@ -513,7 +546,7 @@ impl Session {
             .await?;
         // Written, so likely read back soon (by this node or, after their first
         // read, by others): it stays in RAM, at the cost of no copy.
-        self.store.hold(tenant, &rec, &held);
+        self.store.hold(tenant, &self.pool.id, &rec, &held);
         Ok(())
     }
 
@@ -524,7 +557,7 @@ impl Session {
     }
 
     pub(crate) async fn bucket_exists(&self, tenant: u64) -> Result<bool, RespError> {
-        match self.store.bucket(tenant, &bucket_for(tenant)).await {
+        match self.store.bucket(tenant, &self.pool.bucket).await {
             Ok(_) => Ok(true),
             Err(ObjectError::Meta(MetaError::NoSuchBucket(_))) => Ok(false),
             Err(e) => Err(e.into()),
@@ -542,12 +575,12 @@ impl Session {
         if !self.bucket_exists(tenant).await? {
             return Ok(vec![None; keys.len()]);
         }
-        let bucket = cairn_meta::bucket_id(tenant, &bucket_for(tenant));
+        let bucket = &self.pool.id;
         keys.iter()
             .map(|k| {
                 self.store
                     .meta()
-                    .object(&bucket, &encode_key(k))
+                    .object(bucket, &encode_key(k))
                     .map_err(|e| RespError::Objects(e.into()))
             })
             .collect()
@@ -566,7 +599,8 @@ impl Session {
             .zip(found)
             .map(|(k, r)| match r {
                 Some(r) if expired(&r, t) => {
-                    expiry::forget(&self.store, tenant, bucket_for(tenant), encode_key(k), &r);
+                    let bucket = self.pool.bucket.clone();
+                    expiry::forget(&self.store, tenant, bucket, encode_key(k), &r);
                     None
                 }
                 r => r,
@@ -587,7 +621,9 @@ impl Session {
         Stats::add(&self.shared.stats.bytes_out, rec.size);
         // A value read is likely read again (a KV cache's is, by every decode
         // server): it is brought into the RAM tier on the way.
-        let mut s = self.store.read_hot(tenant, &rec, 0, rec.size);
+        let mut s = self
+            .store
+            .read_hot(tenant, &self.pool.id, &rec, 0, rec.size);
         let first = match s.next().await {
             Some(Err(e)) => return error(w, &format!("ERR {e}")).await,
             other => other,

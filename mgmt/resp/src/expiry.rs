@@ -11,7 +11,7 @@
 //! condition harmlessly.
 
 use crate::commands::{now, Session};
-use crate::keys::{bucket_for, encode_key};
+use crate::keys::encode_key;
 use crate::reply::{error, int};
 use crate::RespError;
 use bytes::Bytes;
@@ -148,7 +148,7 @@ impl Session {
                 self.store
                     .delete_object(
                         tenant,
-                        &bucket_for(tenant),
+                        &self.pool.bucket,
                         &encode_key(key),
                         this_write(&rec),
                     )
@@ -205,7 +205,7 @@ impl Session {
         self.store
             .replace_meta(
                 tenant,
-                &bucket_for(tenant),
+                &self.pool.bucket,
                 &encode_key(key),
                 WriteId::of(rec),
                 meta,
@@ -236,7 +236,8 @@ pub async fn sweep(store: &ObjectStore) -> Result<usize, cairn_objects::ObjectEr
     let mut deleted = 0;
     for (id, b) in store.meta().buckets()? {
         let name = cairn_meta::bucket_name(&id).to_string();
-        if !name.starts_with("_resp.") {
+        // The tenants' default keyspaces and their KV pools.
+        if !name.starts_with("_resp.") && b.kv.is_none() {
             continue;
         }
         let mut after = None;

@@ -2,7 +2,7 @@
 
 use crate::commands::{now, Session};
 use crate::expiry::expiry;
-use crate::keys::{bucket_for, decode_key, encode_key};
+use crate::keys::{decode_key, encode_key};
 use crate::reply::{array, bulk, error};
 use crate::shared::Cursor;
 use crate::RespError;
@@ -74,7 +74,7 @@ impl Session {
             .store
             .list_objects(
                 tenant,
-                &bucket_for(tenant),
+                &self.pool.bucket,
                 &encode_key(prefix),
                 after,
                 None,
@@ -122,7 +122,7 @@ impl Session {
         if !self.bucket_exists(tenant).await? {
             return Ok(n);
         }
-        let (bucket, t) = (bucket_for(tenant), now());
+        let (bucket, t) = (self.pool.bucket.clone(), now());
         let mut after = None;
         loop {
             let page = self
@@ -206,7 +206,7 @@ impl Session {
             };
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:0\r\nevicted_keys:0\r\ncairn_ram_hits:{hits}\r\ncairn_ram_misses:{misses}\r\ncairn_ram_hit_ratio:{ratio:.3}\r\ncairn_ram_evictions:{}\r\n\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:0\r\nevicted_keys:{}\r\ncairn_ram_hits:{hits}\r\ncairn_ram_misses:{misses}\r\ncairn_ram_hit_ratio:{ratio:.3}\r\ncairn_ram_evictions:{}\r\n\r\n",
                 get(&st.connections),
                 get(&st.commands),
                 get(&st.rejected),
@@ -214,6 +214,7 @@ impl Session {
                 get(&st.bytes_out),
                 get(&st.hits),
                 get(&st.misses),
+                get(&st.evicted),
                 get(&rc.evicted),
             );
         }

@@ -13,6 +13,7 @@ mod commands;
 mod expiry;
 mod keys;
 mod keyspace;
+mod pools;
 mod reply;
 mod shared;
 

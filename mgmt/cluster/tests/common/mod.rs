@@ -75,6 +75,7 @@ pub fn bucket(name: &str) -> Command {
             created_ms: 1,
             location: None,
             quota: Default::default(),
+            kv: None,
         },
     })
 }

@@ -1,0 +1,201 @@
+//! KV pools: which keyspace a session works in (`SELECT n`, `AUTH key/pool`), a
+//! pool's default expiry, its capacity (a full caching pool evicts its oldest
+//! values not pinned; a storing pool refuses), and pinned keys.
+
+use crate::commands::Session;
+use crate::expiry::this_write;
+use crate::keys::{bucket_for, encode_key};
+use crate::reply::{error, int, ok};
+use crate::RespError;
+use bytes::Bytes;
+use cairn_meta::{bucket_id, KvPool, MetaError, ObjectRecord, WriteId};
+use cairn_objects::ObjectError;
+use tokio::io::AsyncWrite;
+
+/// The user metadata that pins a key: a full pool never evicts it.
+pub(crate) const PINNED: &str = "kv-pinned";
+/// What a full caching pool frees beyond the write that needs room, as a share
+/// of its capacity: one listing pass makes room for many writes.
+const HEADROOM: u64 = 10;
+
+/// The keyspace a session works in.
+#[derive(Clone, Debug)]
+pub(crate) struct Pool {
+    /// The bucket's name within the tenant.
+    pub bucket: String,
+    /// The bucket's id (the RAM tier counts the pool's share under it).
+    pub id: String,
+    /// None: the tenant's default keyspace (database 0).
+    pub kv: Option<KvPool>,
+}
+
+impl Pool {
+    /// The tenant's default keyspace, made on its first write.
+    pub fn default_for(tenant: u64) -> Pool {
+        let bucket = bucket_for(tenant);
+        Pool {
+            id: bucket_id(tenant, &bucket),
+            bucket,
+            kv: None,
+        }
+    }
+}
+
+/// Which pool is asked for.
+pub(crate) enum Which<'a> {
+    Index(u32),
+    Name(&'a str),
+}
+
+impl Session {
+    /// The tenant's pool `which`, if it has one (`SELECT 0` is always the default).
+    pub(crate) async fn find_pool(
+        &self,
+        tenant: u64,
+        which: Which<'_>,
+    ) -> Result<Option<Pool>, RespError> {
+        if matches!(which, Which::Index(0)) {
+            return Ok(Some(Pool::default_for(tenant)));
+        }
+        let buckets = self.store.list_buckets(tenant).await?;
+        Ok(buckets.into_iter().find_map(|(name, b)| {
+            let kv = b.kv?;
+            let hit = match which {
+                Which::Index(i) => kv.index == i,
+                Which::Name(n) => kv.name == n,
+            };
+            hit.then(|| Pool {
+                id: bucket_id(tenant, &name),
+                bucket: name,
+                kv: Some(kv),
+            })
+        }))
+    }
+
+    /// `SELECT n`: the tenant's pool with index `n`.
+    pub(crate) async fn select<W: AsyncWrite + Unpin>(
+        &mut self,
+        tenant: u64,
+        db: &Bytes,
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        let Some(i) = std::str::from_utf8(db)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            return error(w, "ERR value is not an integer or out of range").await;
+        };
+        match self.find_pool(tenant, Which::Index(i)).await? {
+            Some(p) => {
+                self.pool = p;
+                ok(w).await
+            }
+            None => error(w, "ERR DB index is out of range").await,
+        }
+    }
+
+    /// `CAIRN.PIN key` / `CAIRN.UNPIN key`: a pinned key is never evicted from a
+    /// full pool (it still expires, if it has an expiry). `:1` when it changed.
+    pub(crate) async fn pin<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        key: &Bytes,
+        pinned: bool,
+        w: &mut W,
+    ) -> Result<(), RespError> {
+        for _ in 0..5 {
+            let rec = self.lookup(tenant, std::slice::from_ref(key)).await?;
+            let Some(rec) = rec.into_iter().next().flatten() else {
+                return int(w, 0).await;
+            };
+            if rec.user_meta.contains_key(PINNED) == pinned {
+                return int(w, 0).await;
+            }
+            let mut meta = rec.user_meta.clone();
+            if pinned {
+                meta.insert(PINNED.into(), "1".into());
+            } else {
+                meta.remove(PINNED);
+            }
+            let done = self
+                .store
+                .replace_meta(
+                    tenant,
+                    &self.pool.bucket,
+                    &encode_key(key),
+                    WriteId::of(&rec),
+                    meta,
+                )
+                .await;
+            match done {
+                Ok(()) => return int(w, 1).await,
+                Err(ObjectError::Meta(MetaError::PreconditionFailed)) => continue,
+                Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => return int(w, 0).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        error(w, "ERR the key kept changing; try again").await
+    }
+
+    /// Before a write of `len` bytes into a caching pool: when the pool's
+    /// capacity would be passed, its oldest values not pinned are deleted (each
+    /// only if it is still the write found), down to a tenth under the capacity.
+    /// A storing pool, or the default keyspace, is left to refuse the write.
+    pub(crate) async fn make_room(&self, tenant: u64, len: u64) -> Result<(), RespError> {
+        let Some(kv) = self.pool.kv.as_ref().filter(|k| k.evict) else {
+            return Ok(());
+        };
+        let rec = self.store.bucket(tenant, &self.pool.bucket).await?;
+        let Some(max) = rec.quota.max_bytes else {
+            return Ok(());
+        };
+        let used = self
+            .store
+            .meta()
+            .bucket_usage(&self.pool.id)
+            .map_err(|e| RespError::Objects(e.into()))?
+            .bytes;
+        if used + len <= max {
+            return Ok(());
+        }
+        let target = max.saturating_sub(max / HEADROOM).saturating_sub(len);
+        let mut old: Vec<(String, ObjectRecord)> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .store
+                .list_objects(tenant, &self.pool.bucket, "", after, None, 1000)
+                .await?;
+            old.extend(
+                page.objects
+                    .into_iter()
+                    .filter(|(_, r)| !r.user_meta.contains_key(PINNED)),
+            );
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        old.sort_by_key(|(_, r)| r.modified_ms);
+        let (mut left, mut dropped) = (used, 0);
+        for (key, r) in old {
+            if left <= target {
+                break;
+            }
+            let gone = self
+                .store
+                .delete_object(tenant, &self.pool.bucket, &key, this_write(&r))
+                .await;
+            if gone.is_ok() {
+                left = left.saturating_sub(r.size);
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            tracing::debug!(pool = %kv.name, dropped, "KV pool full: oldest values evicted");
+            self.store.ram().count_dropped(&self.pool.id, dropped);
+            crate::shared::Stats::add(&self.shared.stats.evicted, dropped);
+        }
+        Ok(())
+    }
+}
