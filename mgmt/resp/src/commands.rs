@@ -1,7 +1,7 @@
 //! The commands: one closed `match` on the command name, so the surface served is
 //! visible in one place ([`Session::run`]).
 
-use crate::expiry::{self, expired, expiry, EXPIRES};
+use crate::expiry::{self, expired, expiry};
 use crate::keys::encode_key;
 use crate::pools::{Pool, Which};
 use crate::reply::{arity, array, bulk, error, int, nil, ok};
@@ -9,7 +9,7 @@ use crate::shared::{Shared, Stats};
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition};
-use cairn_objects::{Etag, ObjectAttrs, ObjectError, ObjectStore};
+use cairn_objects::{ObjectError, ObjectStore};
 use cairn_qos::Way;
 use futures::StreamExt;
 use std::sync::Arc;
@@ -438,118 +438,6 @@ impl Session {
         array(w, 0).await
     }
 
-    async fn set<W: AsyncWrite + Unpin>(
-        &self,
-        tenant: u64,
-        key: &[u8],
-        value: Bytes,
-        opts: &[Bytes],
-        w: &mut W,
-    ) -> Result<(), RespError> {
-        let mut ttl_ms: Option<i64> = None;
-        let mut cond = Precondition::default();
-        let mut i = 0;
-        while i < opts.len() {
-            let o = opts[i].to_ascii_uppercase();
-            match o.as_slice() {
-                b"NX" if cond.if_match.is_none() => cond.if_none_match_any = true,
-                b"XX" if !cond.if_none_match_any => cond.if_match = Some("*".into()),
-                b"EX" | b"PX" if ttl_ms.is_none() && i + 1 < opts.len() => {
-                    let n = std::str::from_utf8(&opts[i + 1])
-                        .ok()
-                        .and_then(|s| s.parse::<i64>().ok())
-                        .filter(|n| *n > 0 && *n < i64::MAX / 1000);
-                    let Some(n) = n else {
-                        return error(w, "ERR invalid expire time in 'set' command").await;
-                    };
-                    ttl_ms = Some(if o == b"EX" { n * 1000 } else { n });
-                    i += 1;
-                }
-                _ => return error(w, "ERR syntax error").await,
-            }
-            i += 1;
-        }
-        // An expired key is no key, for NX and XX too, though its object may
-        // not be deleted yet: NX replaces exactly that expired write, XX fails.
-        if cond.if_none_match_any || cond.if_match.is_some() {
-            let found = self
-                .lookup_raw(tenant, &[Bytes::copy_from_slice(key)])
-                .await?
-                .pop()
-                .flatten();
-            if let Some(r) = found.filter(|r| expired(r, now())) {
-                if cond.if_match.is_some() {
-                    return nil(w).await;
-                }
-                cond = expiry::this_write(&r);
-            }
-        }
-        match self.put(tenant, key, value, ttl_ms, cond).await {
-            Ok(()) => ok(w).await,
-            // NX on a present key, XX on a missing one: Redis answers nil.
-            Err(RespError::Objects(ObjectError::Meta(
-                MetaError::PreconditionFailed | MetaError::NoSuchKey(_),
-            ))) => nil(w).await,
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Stores one value as the object of `key`, creating the tenant's bucket on
-    /// its first write. The value is already one buffer: it is handed over as a
-    /// one-item stream, not copied.
-    async fn put(
-        &self,
-        tenant: u64,
-        key: &[u8],
-        value: Bytes,
-        ttl_ms: Option<i64>,
-        cond: Precondition,
-    ) -> Result<(), RespError> {
-        let bucket = self.pool.bucket.clone();
-        // A named pool's keyspace is made with the pool; only the default one is
-        // made here (a pool deleted meanwhile is told as a missing bucket).
-        if self.pool.kv.is_none() && !self.bucket_exists(tenant).await? {
-            match self.store.create_bucket(tenant, &bucket, None).await {
-                // Another connection (or node) created it first.
-                Ok(()) | Err(ObjectError::Meta(MetaError::BucketExists(_))) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // RESP clients never see an ETag: the write's id stands in for the MD5,
-        // which would be the costliest pass over the value.
-        let mut attrs = ObjectAttrs {
-            etag: Etag::Write,
-            ..Default::default()
-        };
-        let ttl_ms = ttl_ms.or(self.pool.kv.as_ref().and_then(|k| k.ttl_ms));
-        if let Some(ms) = ttl_ms {
-            attrs
-                .user_meta
-                .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
-        }
-        let len = value.len() as u64;
-        self.make_room(tenant, len).await?;
-        Stats::add(&self.shared.stats.bytes_in, len);
-        let held = value.clone();
-        let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
-        let rec = self
-            .store
-            .put_object(
-                tenant,
-                &bucket,
-                &encode_key(key),
-                body,
-                Some(len),
-                attrs,
-                cond,
-            )
-            .await?;
-        // Written, so likely read back soon (by this node or, after their first
-        // read, by others): it stays in RAM, at the cost of no copy.
-        self.store.hold(tenant, &self.pool.id, &rec, &held);
-        Ok(())
-    }
-
     fn count_lookups(&self, recs: &[Option<ObjectRecord>]) {
         let hits = recs.iter().filter(|r| r.is_some()).count() as u64;
         Stats::add(&self.shared.stats.hits, hits);
@@ -567,7 +455,7 @@ impl Session {
     /// The manifests of `keys` (expired ones included), read after one barrier:
     /// `bucket` brings this node's metadata up to the cluster's commit point, so
     /// whatever was acknowledged anywhere before the command is seen.
-    async fn lookup_raw(
+    pub(crate) async fn lookup_raw(
         &self,
         tenant: u64,
         keys: &[Bytes],

@@ -16,6 +16,7 @@ mod keyspace;
 mod pools;
 mod reply;
 mod shared;
+mod write;
 
 pub use codec::{Intake, Limits};
 pub use expiry::{sweep, SWEEP_EVERY};
