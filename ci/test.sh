@@ -46,6 +46,8 @@ echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, d
 ci/cluster-check.sh target/release
 echo "== KV tier with the real clients: redis-cli, LMCache-like resp:// / redis-py / awscrt, redis-benchmark, tenants, node loss (3 nodes)"
 ci/kv-check.sh target/release
+echo "== the KV tier under a memory cgroup: a write flood, no OOM kill, nothing acknowledged lost"
+ci/kv-memory-check.sh target/release
 echo "== history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
 # mgmtd with its failpoints compiled in (the dev profile: the deps are built);
 # nodectl and datapathd as released.

@@ -73,6 +73,22 @@ pub struct RamTier {
     capacity: u64,
     counters: Arc<RamCounters>,
     groups: Groups,
+    /// Bytes being gathered by reads that will bring their values in (each a
+    /// buffer of the value's size): at most a quarter of the capacity, so many
+    /// cold reads at once cannot hold more than that beside the tier.
+    gathering: Arc<AtomicU64>,
+}
+
+/// A read's share of [`RamTier::gather`]'s bound, given back when dropped.
+pub(crate) struct Gathering {
+    bytes: u64,
+    of: Arc<AtomicU64>,
+}
+
+impl Drop for Gathering {
+    fn drop(&mut self) {
+        self.of.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
 }
 
 impl std::fmt::Debug for RamTier {
@@ -115,6 +131,7 @@ impl RamTier {
             capacity,
             counters,
             groups,
+            gathering: Arc::default(),
         }
     }
 
@@ -175,6 +192,31 @@ impl RamTier {
     /// Whether a hot read of an extent this large should bring it in.
     pub(crate) fn takes(&self, len: u64) -> bool {
         self.cache.is_some() && len > 0 && len <= self.largest()
+    }
+
+    /// Room to gather `len` bytes for a promotion, if the bound allows.
+    pub(crate) fn gather(&self, len: u64) -> Option<Gathering> {
+        let bound = self.capacity / 4;
+        let mut now = self.gathering.load(Ordering::Relaxed);
+        loop {
+            if now + len > bound {
+                return None;
+            }
+            match self.gathering.compare_exchange(
+                now,
+                now + len,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(Gathering {
+                        bytes: len,
+                        of: self.gathering.clone(),
+                    })
+                }
+                Err(actual) => now = actual,
+            }
+        }
     }
 
     /// Holds an extent's verified plaintext. The bound is kept before this returns:
@@ -260,6 +302,16 @@ mod tests {
         off.admit(1, &g(), 1, Bytes::from_static(b"x"));
         assert!(off.get(1).is_none());
         assert_eq!(off.bytes(), 0);
+    }
+
+    #[test]
+    fn gathering_is_bounded_and_given_back() {
+        let ram = RamTier::new(64 << 10);
+        let a = ram.gather(8 << 10).unwrap();
+        let _b = ram.gather(8 << 10).unwrap();
+        assert!(ram.gather(1).is_none(), "a quarter of the tier at most");
+        drop(a);
+        assert!(ram.gather(8 << 10).is_some());
     }
 
     #[test]

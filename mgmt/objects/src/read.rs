@@ -57,6 +57,8 @@ struct Promotion {
     extent: u128,
     size: usize,
     buf: std::sync::Mutex<BytesMut>,
+    /// Its share of the bytes being gathered node-wide, given back when done.
+    _gathering: crate::ram::Gathering,
 }
 
 impl Promotion {
@@ -101,16 +103,24 @@ pub(crate) fn read_range(
             continue;
         }
         let whole = a == 0 && b == e.size && reader.ram.takes(e.size);
-        let promote = reader.promote.clone().filter(|_| whole).map(|group| {
-            reader.ram.missed(&group);
-            Arc::new(Promotion {
-                tenant: reader.tenant,
-                group,
-                extent: e.id,
-                size: e.size as usize,
-                buf: std::sync::Mutex::new(BytesMut::with_capacity(e.size as usize)),
-            })
-        });
+        let promote = match reader.promote.clone().filter(|_| whole) {
+            Some(group) => {
+                reader.ram.missed(&group);
+                // Gathering is bounded node-wide: past the bound the value is
+                // served all the same, only not brought in.
+                reader.ram.gather(e.size).map(|g| {
+                    Arc::new(Promotion {
+                        tenant: reader.tenant,
+                        group,
+                        extent: e.id,
+                        size: e.size as usize,
+                        buf: std::sync::Mutex::new(BytesMut::with_capacity(e.size as usize)),
+                        _gathering: g,
+                    })
+                })
+            }
+            None => None,
+        };
         match &e.layout {
             Layout::Replicated { .. } => pieces.push(Piece {
                 extent,
