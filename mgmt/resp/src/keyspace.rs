@@ -230,7 +230,9 @@ impl Session {
                 );
             }
         }
-        bulk(w, out.trim_end().as_bytes()).await
+        // Each line ends in CRLF, the last one too, as Redis writes it.
+        let out = format!("{}\r\n", out.trim_end());
+        bulk(w, out.as_bytes()).await
     }
 }
 

@@ -424,6 +424,23 @@ async fn form(nodes: &[Node], ends: &[Endpoints], args: &UpArgs) -> Result<Strin
             })
             .await?;
     }
+    // A joiner is marked up once its chunk service trusts the cluster (a second
+    // or two after it joins); until every node is up a write may find too few
+    // nodes to place on, so "serving" waits for that.
+    let want = nodes.iter().filter(|n| !n.stopped_marker().exists()).count();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s: ClusterStatus = admin(first, e1)?.cluster_status().await?;
+        let up = s.nodes.iter().filter(|v| v.state == "up").count();
+        if up >= want {
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!("nodectl: {up} of {want} nodes up after 60 s; serving anyway");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     Ok(cluster_id)
 }
 
