@@ -23,11 +23,15 @@ impl Cluster {
                 let leader = me.is_leader();
                 if leader && !was_leader {
                     // A new leader knows nothing of who reported to the old one:
-                    // everyone gets a fresh grace period.
+                    // every node up gets a fresh grace period. A node down (or a
+                    // joiner not ready yet) must report to be up again: taking it
+                    // for seen would mark it up untried.
                     let now = Instant::now();
                     let mut seen = me.seen.lock().unwrap_or_else(|e| e.into_inner());
-                    for id in me.map().nodes.keys() {
-                        seen.insert(*id, now);
+                    for n in me.map().nodes.values() {
+                        if n.state == NodeState::Up {
+                            seen.insert(n.id, now);
+                        }
                     }
                 }
                 was_leader = leader;
