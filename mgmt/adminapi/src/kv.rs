@@ -16,6 +16,9 @@ pub struct NewKvPool {
     /// Expiry of a value set without one, in seconds (none: never).
     #[serde(default)]
     pub ttl_secs: Option<u64>,
+    /// The most of each node's RAM tier its values take (none: the tier's bound).
+    #[serde(default)]
+    pub ram: Option<u64>,
     /// When full: evict the oldest values not pinned (a cache, the default) or
     /// refuse writes (`false`: a store).
     #[serde(default = "yes")]
@@ -43,6 +46,7 @@ pub struct KvPoolView {
     pub bucket: String,
     pub s3: bool,
     pub capacity: Option<u64>,
+    pub ram_capacity: Option<u64>,
     pub ttl_secs: Option<u64>,
     pub evict: bool,
     /// Values and bytes stored (on the drives, before protection).
@@ -56,6 +60,10 @@ pub struct KvPoolView {
     pub ram_evicted: u64,
     /// Values this node deleted from the full pool to make room.
     pub dropped: u64,
+    /// Bytes written to and read from the pool through this node since it
+    /// started (sample twice for a rate).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 /// `GET /v1/kv/stats`: every pool of every tenant, and the node's RAM tier.

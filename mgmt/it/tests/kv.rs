@@ -221,6 +221,40 @@ async fn pools(addr: &str, node: &Node) {
     assert_eq!(c.call(&[b"SET", b"b", &v]).await, ok());
     assert!(matches!(c.call(&[b"SET", b"c", &v]).await, Reply::Error(_)));
     assert_eq!(c.int(&[b"EXISTS", b"a", b"b"]).await, 2);
+    // A pool with a RAM share of its own keeps to it; its traffic is counted.
+    nodectl(&[
+        "kv", "pool", "create", "root", "small", "--ram", "8M", "--index", "7",
+    ]);
+    assert_eq!(c.call(&[b"SELECT", b"7"]).await, ok());
+    for i in 0..4 {
+        let v = random_bytes(3 * MIB, 700 + i);
+        assert_eq!(
+            c.call(&[b"SET", format!("s{i}").as_bytes(), &v]).await,
+            ok()
+        );
+    }
+    let s = cairn_it::tenant::nodectl_json(node, &["kv", "stats", "--interval", "0.1"]);
+    let small = s["stats"]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "small")
+        .cloned()
+        .unwrap();
+    assert!(
+        small["ram_bytes"].as_u64().unwrap() <= 8 * MIB as u64,
+        "{small}"
+    );
+    assert!(
+        small["ram_bytes"].as_u64().unwrap() >= 3 * MIB as u64,
+        "{small}"
+    );
+    assert_eq!(
+        small["bytes_in"].as_u64().unwrap(),
+        12 * MIB as u64,
+        "{small}"
+    );
+    assert_eq!(c.call(&[b"SELECT", b"5"]).await, ok());
     let stats = nodectl(&["kv", "stats", "--json", "--interval", "0.1"]);
     assert!(
         stats.contains("\"prefill\"") && stats.contains("\"dropped\""),

@@ -47,6 +47,10 @@ pub struct KvPool {
     /// When the pool's capacity is full: true, the oldest values not pinned are
     /// evicted to make room (a cache); false, the write is refused (a store).
     pub evict: bool,
+    /// The most of each node's RAM tier the pool's values take (none: only the
+    /// tier's own bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ram_bytes: Option<u64>,
 }
 
 /// An object: its attributes and where its bytes are.

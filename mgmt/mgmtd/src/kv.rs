@@ -39,6 +39,7 @@ fn pool_of(name: &str, b: &BucketRecord) -> Option<KvPool> {
             index: 0,
             ttl_ms: None,
             evict: false,
+            ram_bytes: None,
         }),
         None => None,
     }
@@ -59,6 +60,7 @@ fn view(store: &ObjectStore, id: &str, b: &BucketRecord) -> Result<Option<KvPool
         s3: !bucket.starts_with('_'),
         bucket,
         capacity: b.quota.max_bytes,
+        ram_capacity: kv.ram_bytes,
         ttl_secs: kv.ttl_ms.map(|ms| (ms / 1000) as u64),
         evict: kv.evict,
         values: used.objects,
@@ -68,6 +70,8 @@ fn view(store: &ObjectStore, id: &str, b: &BucketRecord) -> Result<Option<KvPool
         ram_misses: ram.misses,
         ram_evicted: ram.evicted,
         dropped: ram.dropped,
+        bytes_in: ram.bytes_in,
+        bytes_out: ram.bytes_out,
     }))
 }
 
@@ -128,8 +132,8 @@ pub(crate) async fn create(
             return Err(invalid(format!("invalid S3 bucket name {b:?}")));
         }
     }
-    if p.capacity == Some(0) || p.ttl_secs == Some(0) {
-        return Err(invalid("capacity and ttl must be more than 0".into()));
+    if p.capacity == Some(0) || p.ttl_secs == Some(0) || p.ram == Some(0) {
+        return Err(invalid("capacity, ram and ttl must be more than 0".into()));
     }
     let store = current(&app).await?;
     let (t, _) = tenant(store.meta(), &named)?;
@@ -167,6 +171,7 @@ pub(crate) async fn create(
             index,
             ttl_ms: p.ttl_secs.map(|s| s.saturating_mul(1000) as i64),
             evict: p.evict,
+            ram_bytes: p.ram,
         }),
     };
     store.create_bucket_as(t, &bucket, record).await?;

@@ -42,6 +42,10 @@ pub enum PoolCmd {
         /// Bytes it may hold on the drives (`100G`); default: no limit of its own.
         #[arg(long, value_parser = size)]
         capacity: Option<u64>,
+        /// The most of each node's RAM tier its values take (`4G`); default: the
+        /// tier's own bound.
+        #[arg(long, value_parser = size)]
+        ram: Option<u64>,
         /// Expiry of values set without one, in seconds.
         #[arg(long)]
         ttl: Option<u64>,
@@ -79,14 +83,14 @@ fn size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("not a size: {s:?} (e.g. 500M, 10G)"))
 }
 
-fn line(p: &KvPoolView) -> String {
+fn line(p: &KvPoolView, rates: Option<(f64, f64)>) -> String {
     let lookups = p.ram_hits + p.ram_misses;
     let ratio = match lookups {
         0 => "-".to_string(),
         n => format!("{:.0}%", 100.0 * p.ram_hits as f64 / n as f64),
     };
     format!(
-        "{:<12} {:<12} db {:<3} {:>8} values {:>9} of {:<9} ram {:>9}  hits {:>5}  evicted {} from RAM, {} to make room  {}{}",
+        "{:<12} {:<12} db {:<3} {:>8} values {:>9} of {:<9} ram {:>9}{}  hits {:>5}  evicted {} from RAM, {} to make room{}  {}{}",
         p.tenant,
         p.name,
         p.index,
@@ -94,9 +98,12 @@ fn line(p: &KvPoolView) -> String {
         human(p.bytes),
         p.capacity.map_or("no limit".into(), human),
         human(p.ram_bytes),
+        p.ram_capacity
+            .map_or(String::new(), |c| format!(" of {}", human(c))),
         ratio,
         p.ram_evicted,
         p.dropped,
+        rates.map_or(String::new(), |(i, o)| format!("  {i:.2} GB/s in, {o:.2} out")),
         if p.evict { "cache" } else { "store" },
         match (&p.ttl_secs, p.s3) {
             (Some(t), true) => format!(", ttl {t}s, S3 bucket {}", p.bucket),
@@ -142,7 +149,13 @@ pub async fn kv(cmd: KvCmd) -> Result<(), NodectlError> {
                 println!("no KV pools yet (a tenant's default keyspace appears at its first SET)");
             }
             for p in &b.pools {
-                println!("{}", line(p));
+                let was = a
+                    .pools
+                    .iter()
+                    .find(|x| x.tenant == p.tenant && x.name == p.name);
+                let rates =
+                    was.map(|x| (rate(x.bytes_in, p.bytes_in), rate(x.bytes_out, p.bytes_out)));
+                println!("{}", line(p, rates));
             }
             Ok(())
         }
@@ -156,6 +169,7 @@ async fn pool(cmd: PoolCmd) -> Result<(), NodectlError> {
             name,
             index,
             capacity,
+            ram,
             ttl,
             no_evict,
             s3_bucket,
@@ -170,6 +184,7 @@ async fn pool(cmd: PoolCmd) -> Result<(), NodectlError> {
                         name,
                         index,
                         capacity,
+                        ram,
                         ttl_secs: ttl,
                         evict: !no_evict,
                         s3_bucket,
@@ -195,7 +210,7 @@ async fn pool(cmd: PoolCmd) -> Result<(), NodectlError> {
                 print_json(&all);
             } else {
                 for p in &all {
-                    println!("{}", line(p));
+                    println!("{}", line(p, None));
                 }
             }
         }

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use moka::notification::RemovalCause;
 use moka::policy::EvictionPolicy;
 use moka::sync::Cache;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -51,6 +51,17 @@ pub struct GroupFigures {
     /// Values deleted from the drives to make room in a full KV pool (counted
     /// here, where a keyspace's other figures are, by the front end that did it).
     pub dropped: u64,
+    /// Bytes of values written to and read from the keyspace through the front
+    /// end that counts them (RESP), whichever tier served them.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// A keyspace's own bound within the tier: its values leave first-in first-out
+/// when a new one would pass it (the tier as a whole stays least recently used).
+struct Capped {
+    cap: u64,
+    order: VecDeque<u128>,
 }
 
 type Groups = Arc<Mutex<BTreeMap<Arc<str>, GroupFigures>>>;
@@ -77,6 +88,7 @@ pub struct RamTier {
     /// buffer of the value's size): at most a quarter of the capacity, so many
     /// cold reads at once cannot hold more than that beside the tier.
     gathering: Arc<AtomicU64>,
+    caps: Mutex<BTreeMap<Arc<str>, Capped>>,
 }
 
 /// A read's share of [`RamTier::gather`]'s bound, given back when dropped.
@@ -132,6 +144,7 @@ impl RamTier {
             counters,
             groups,
             gathering: Arc::default(),
+            caps: Mutex::default(),
         }
     }
 
@@ -152,6 +165,41 @@ impl RamTier {
 
     pub fn counters(&self) -> &RamCounters {
         &self.counters
+    }
+
+    /// Bounds keyspace `group`'s share of the tier (none: only the tier's bound).
+    pub fn cap_group(&self, group: &str, cap: Option<u64>) {
+        let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+        match cap {
+            None => {
+                caps.remove(group);
+            }
+            Some(cap) => match caps.get_mut(group) {
+                Some(c) => c.cap = cap,
+                None => {
+                    caps.insert(
+                        Arc::from(group),
+                        Capped {
+                            cap,
+                            order: VecDeque::new(),
+                        },
+                    );
+                }
+            },
+        }
+    }
+
+    /// Counts bytes written to and read from keyspace `group`.
+    pub fn count_traffic(&self, group: &str, bytes_in: u64, bytes_out: u64) {
+        with_group(&self.groups, &Arc::from(group), |f| {
+            f.bytes_in += bytes_in;
+            f.bytes_out += bytes_out;
+        });
+    }
+
+    fn group_bytes(&self, group: &Arc<str>) -> u64 {
+        let m = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(group).map_or(0, |f| f.bytes)
     }
 
     /// Counts values a front end deleted to make room in keyspace `group`.
@@ -227,6 +275,28 @@ impl RamTier {
             return;
         }
         let len = bytes.len() as u64;
+        // A keyspace with a bound of its own: its oldest values make room first
+        // (each removal runs the listener, which takes its bytes off the count).
+        {
+            let mut caps = self.caps.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(capped) = caps.get_mut(group) {
+                if len > capped.cap {
+                    return;
+                }
+                while self.group_bytes(group) + len > capped.cap {
+                    match capped.order.pop_front() {
+                        Some(old) => c.invalidate(&old),
+                        None => break,
+                    }
+                }
+                capped.order.push_back(extent);
+                // Values the tier evicted on its own stay listed until popped:
+                // keep the list from outgrowing what is held.
+                if capped.order.len() > 1024 && capped.order.len() > 2 * c.entry_count() as usize {
+                    capped.order.retain(|id| c.contains_key(id));
+                }
+            }
+        }
         self.counters.admitted.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_in.fetch_add(len, Ordering::Relaxed);
         with_group(&self.groups, group, |f| f.bytes += len);
@@ -302,6 +372,32 @@ mod tests {
         off.admit(1, &g(), 1, Bytes::from_static(b"x"));
         assert!(off.get(1).is_none());
         assert_eq!(off.bytes(), 0);
+    }
+
+    #[test]
+    fn a_capped_keyspace_makes_room_from_its_own_oldest() {
+        let ram = RamTier::new(1 << 20);
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        ram.cap_group("a", Some(32 << 10));
+        for i in 0..4u128 {
+            ram.admit(1, &b, 100 + i, Bytes::from(vec![0; 8 << 10]));
+        }
+        for i in 0..6u128 {
+            ram.admit(1, &a, i, Bytes::from(vec![i as u8; 8 << 10]));
+        }
+        let g = ram.groups();
+        assert_eq!(g["a"].bytes, 32 << 10, "a keeps to its cap");
+        assert_eq!(g["b"].bytes, 32 << 10, "b is untouched");
+        assert!(
+            ram.get(0).is_none() && ram.get(1).is_none(),
+            "a's oldest left"
+        );
+        assert!(ram.get(5).is_some() && ram.get(100).is_some());
+        ram.admit(1, &a, 9, Bytes::from(vec![0; 33 << 10]));
+        assert!(ram.get(9).is_none(), "larger than its cap: not held");
+        ram.cap_group("a", None);
+        ram.admit(1, &a, 10, Bytes::from(vec![0; 8 << 10]));
+        assert_eq!(ram.groups()["a"].bytes, 40 << 10);
     }
 
     #[test]

@@ -346,7 +346,7 @@ impl Session {
                     }
                 };
                 self.tenant = Some(id.tenant);
-                self.pool = pool;
+                self.enter(pool);
                 self.access_key = std::str::from_utf8(user).ok().map(str::to_string);
                 self.read_only = id.role == cairn_meta::Role::ReadOnly;
                 ok(w).await?;
@@ -507,6 +507,7 @@ impl Session {
     ) -> Result<(), RespError> {
         let Some(rec) = rec else { return nil(w).await };
         Stats::add(&self.shared.stats.bytes_out, rec.size);
+        self.store.ram().count_traffic(&self.pool.id, 0, rec.size);
         // A value read is likely read again (a KV cache's is, by every decode
         // server): it is brought into the RAM tier on the way.
         let mut s = self

@@ -48,6 +48,14 @@ pub(crate) enum Which<'a> {
 }
 
 impl Session {
+    /// Works in `pool` from now on; its RAM share is bounded as it says (read
+    /// again each time a session takes the pool up).
+    pub(crate) fn enter(&mut self, pool: Pool) {
+        let cap = pool.kv.as_ref().and_then(|k| k.ram_bytes);
+        self.store.ram().cap_group(&pool.id, cap);
+        self.pool = pool;
+    }
+
     /// The tenant's pool `which`, if it has one (`SELECT 0` is always the default).
     pub(crate) async fn find_pool(
         &self,
@@ -87,7 +95,7 @@ impl Session {
         };
         match self.find_pool(tenant, Which::Index(i)).await? {
             Some(p) => {
-                self.pool = p;
+                self.enter(p);
                 ok(w).await
             }
             None => error(w, "ERR DB index is out of range").await,

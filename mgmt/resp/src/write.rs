@@ -104,6 +104,7 @@ impl Session {
         let len = value.len() as u64;
         self.make_room(tenant, len).await?;
         Stats::add(&self.shared.stats.bytes_in, len);
+        self.store.ram().count_traffic(&self.pool.id, len, 0);
         let held = value.clone();
         let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
         let rec = self

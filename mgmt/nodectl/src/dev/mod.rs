@@ -427,7 +427,10 @@ async fn form(nodes: &[Node], ends: &[Endpoints], args: &UpArgs) -> Result<Strin
     // A joiner is marked up once its chunk service trusts the cluster (a second
     // or two after it joins); until every node is up a write may find too few
     // nodes to place on, so "serving" waits for that.
-    let want = nodes.iter().filter(|n| !n.stopped_marker().exists()).count();
+    let want = nodes
+        .iter()
+        .filter(|n| !n.stopped_marker().exists())
+        .count();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let s: ClusterStatus = admin(first, e1)?.cluster_status().await?;
