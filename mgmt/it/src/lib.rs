@@ -530,3 +530,14 @@ pub async fn put_sha256_multipart(
         .expect("complete upload");
     sums
 }
+
+/// One RESP command as a client sends it: an array of bulk strings.
+pub fn resp_command(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}

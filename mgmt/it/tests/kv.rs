@@ -10,15 +10,7 @@ use tokio::net::TcpStream;
 
 const MIB: usize = 1 << 20;
 
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut v = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
-}
+use cairn_it::resp_command as encode;
 
 /// A RESP2 reply, parsed.
 #[derive(Debug, PartialEq)]

@@ -8,15 +8,7 @@ use tokio::net::TcpStream;
 
 const MIB: usize = 1 << 20;
 
-fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut v = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b"\r\n");
-    }
-    v
-}
+use cairn_it::resp_command as encode;
 
 /// Sends one command and asserts the exact reply bytes.
 async fn check(s: &mut TcpStream, args: &[&[u8]], want: &[u8]) {

@@ -17,6 +17,7 @@ use crate::RespError;
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition, WriteId};
 use cairn_objects::{ObjectError, ObjectStore};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWrite;
@@ -175,16 +176,30 @@ impl Session {
         key: &Bytes,
         w: &mut W,
     ) -> Result<(), RespError> {
+        self.edit_meta(tenant, key, w, |meta| meta.remove(EXPIRES).is_some())
+            .await
+    }
+
+    /// Changes a key's user metadata with `edit` (which answers whether it
+    /// changed anything), bytes untouched, conditional on the write read: a write
+    /// meanwhile wins and the key is read again. Answers `:1` when it changed,
+    /// `:0` when the key is missing or `edit` left it as it was.
+    pub(crate) async fn edit_meta<W: AsyncWrite + Unpin>(
+        &self,
+        tenant: u64,
+        key: &Bytes,
+        w: &mut W,
+        edit: impl Fn(&mut BTreeMap<String, String>) -> bool,
+    ) -> Result<(), RespError> {
         for _ in 0..RETRIES {
             let rec = self.lookup(tenant, std::slice::from_ref(key)).await?;
             let Some(rec) = rec.into_iter().next().flatten() else {
                 return int(w, 0).await;
             };
-            if expiry(&rec).is_none() {
+            let mut meta = rec.user_meta.clone();
+            if !edit(&mut meta) {
                 return int(w, 0).await;
             }
-            let mut meta = rec.user_meta.clone();
-            meta.remove(EXPIRES);
             match self.replace(tenant, key, &rec, meta).await {
                 Ok(()) => return int(w, 1).await,
                 Err(ObjectError::Meta(MetaError::PreconditionFailed)) => continue,
@@ -200,7 +215,7 @@ impl Session {
         tenant: u64,
         key: &[u8],
         rec: &ObjectRecord,
-        meta: std::collections::BTreeMap<String, String>,
+        meta: BTreeMap<String, String>,
     ) -> Result<(), ObjectError> {
         self.store
             .replace_meta(

@@ -4,12 +4,11 @@
 
 use crate::commands::Session;
 use crate::expiry::this_write;
-use crate::keys::{bucket_for, encode_key};
-use crate::reply::{error, int, ok};
+use crate::keys::bucket_for;
+use crate::reply::{error, ok};
 use crate::RespError;
 use bytes::Bytes;
-use cairn_meta::{bucket_id, KvPool, MetaError, ObjectRecord, WriteId};
-use cairn_objects::ObjectError;
+use cairn_meta::{bucket_id, KvPool, ObjectRecord};
 use tokio::io::AsyncWrite;
 
 /// The user metadata that pins a key: a full pool never evicts it.
@@ -111,38 +110,11 @@ impl Session {
         pinned: bool,
         w: &mut W,
     ) -> Result<(), RespError> {
-        for _ in 0..5 {
-            let rec = self.lookup(tenant, std::slice::from_ref(key)).await?;
-            let Some(rec) = rec.into_iter().next().flatten() else {
-                return int(w, 0).await;
-            };
-            if rec.user_meta.contains_key(PINNED) == pinned {
-                return int(w, 0).await;
-            }
-            let mut meta = rec.user_meta.clone();
-            if pinned {
-                meta.insert(PINNED.into(), "1".into());
-            } else {
-                meta.remove(PINNED);
-            }
-            let done = self
-                .store
-                .replace_meta(
-                    tenant,
-                    &self.pool.bucket,
-                    &encode_key(key),
-                    WriteId::of(&rec),
-                    meta,
-                )
-                .await;
-            match done {
-                Ok(()) => return int(w, 1).await,
-                Err(ObjectError::Meta(MetaError::PreconditionFailed)) => continue,
-                Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => return int(w, 0).await,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        error(w, "ERR the key kept changing; try again").await
+        self.edit_meta(tenant, key, w, |meta| match pinned {
+            true => meta.insert(PINNED.into(), "1".into()).is_none(),
+            false => meta.remove(PINNED).is_some(),
+        })
+        .await
     }
 
     /// Before a write of `len` bytes into a caching pool: when the pool's
