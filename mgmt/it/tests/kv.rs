@@ -206,6 +206,35 @@ async fn pools(addr: &str, node: &Node) {
     );
     assert_eq!(c.int(&[b"EXISTS", b"v1"]).await, 0, "the oldest went");
     assert!(c.info("stats", "evicted_keys").await >= 5.0);
+    // A value larger than the whole pool is refused before anything is evicted.
+    let keys = c.int(&[b"DBSIZE"]).await;
+    let huge = random_bytes(21 * MIB, 510);
+    assert!(matches!(
+        c.call(&[b"SET", b"huge", &huge]).await,
+        Reply::Error(m) if m.contains("larger than pool")
+    ));
+    assert_eq!(c.int(&[b"DBSIZE"]).await, keys, "nothing evicted for it");
+    // MGET of many keys is answered in order, a batch of lookups at a time.
+    let mut many: Vec<Vec<u8>> = Vec::new();
+    for i in 0..3000 {
+        many.push(match i % 1000 {
+            0 => b"v0".to_vec(),
+            _ => format!("absent{i}").into_bytes(),
+        });
+    }
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(many.iter().map(|k| k.as_slice()));
+    let Reply::Array(got) = c.call(&args).await else {
+        panic!("MGET")
+    };
+    assert_eq!(got.len(), 3000);
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(
+            matches!(r, Reply::Bulk(Some(_))),
+            i % 1000 == 0,
+            "MGET item {i}"
+        );
+    }
     // The storing pool refuses once full.
     assert_eq!(c.call(&[b"SELECT", b"5"]).await, ok());
     let v = random_bytes(3 * MIB, 600);
@@ -253,6 +282,56 @@ async fn pools(addr: &str, node: &Node) {
         "{stats}"
     );
     nodectl(&["kv", "pool", "delete", "root", "keep"]);
+    // A pool kept as an S3 bucket: its keys are the objects' keys, as S3 names them.
+    nodectl(&[
+        "kv",
+        "pool",
+        "create",
+        "root",
+        "shared",
+        "--s3-bucket",
+        "kv-shared",
+    ]);
+    let mut k = Client::connect(addr).await;
+    let user = format!("{ACCESS_KEY}/shared");
+    assert_eq!(
+        k.call(&[b"AUTH", user.as_bytes(), SECRET_KEY.as_bytes()])
+            .await,
+        ok()
+    );
+    assert_eq!(
+        k.call(&[b"SET", "with space é".as_bytes(), b"resp"]).await,
+        ok()
+    );
+    assert!(matches!(
+        k.call(&[b"SET", b"\xff", b"x"]).await,
+        Reply::Error(m) if m.contains("UTF-8")
+    ));
+    let s3 = node.client();
+    let got = s3
+        .get_object()
+        .bucket("kv-shared")
+        .key("with space é")
+        .send()
+        .await
+        .expect("the RESP value is an S3 object")
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    assert_eq!(&got[..], b"resp");
+    s3.put_object()
+        .bucket("kv-shared")
+        .key("from s3 100%")
+        .body(b"s3".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        k.call(&[b"GET", b"from s3 100%"]).await,
+        Reply::Bulk(Some(b"s3".to_vec()))
+    );
     // A session still in the deleted pool finds nothing, and cannot write.
     assert_eq!(c.call(&[b"GET", b"a"]).await, Reply::Bulk(None));
     assert!(matches!(

@@ -860,6 +860,24 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             if buckets.get(name.as_str())?.is_some() {
                 return Err(MetaError::BucketExists(name.clone()));
             }
+            // A KV pool's name and index are unique within its tenant: checked
+            // here, in the log's order, so two creations racing cannot both win.
+            if let Some(kv) = &record.kv {
+                for e in buckets.iter()? {
+                    let (_, v) = e?;
+                    let other: BucketRecord = serde_json::from_slice(v.value())?;
+                    let clash = other.tenant == record.tenant
+                        && other
+                            .kv
+                            .is_some_and(|o| o.name == kv.name || o.index == kv.index);
+                    if clash {
+                        return Err(MetaError::BucketExists(format!(
+                            "a KV pool named {} or with index {}",
+                            kv.name, kv.index
+                        )));
+                    }
+                }
+            }
             buckets.insert(name.as_str(), serde_json::to_vec(record)?.as_slice())?;
             Ok(Applied::default())
         }

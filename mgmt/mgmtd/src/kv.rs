@@ -135,6 +135,10 @@ pub(crate) async fn create(
     if p.capacity == Some(0) || p.ttl_secs == Some(0) || p.ram == Some(0) {
         return Err(invalid("capacity, ram and ttl must be more than 0".into()));
     }
+    // A hundred years: beyond it an expiry in ms would overflow what is kept.
+    if p.ttl_secs.is_some_and(|t| t > 100 * 365 * 86_400) {
+        return Err(invalid("ttl is at most 100 years (3153600000 s)".into()));
+    }
     let store = current(&app).await?;
     let (t, _) = tenant(store.meta(), &named)?;
     let existing = views(&store, Some(t))?;

@@ -17,6 +17,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 const MAX_LINE: usize = 64 << 10;
 /// The most elements in one command (a 1 M-key MGET fits).
 const MAX_ARGS: i64 = 4 << 20;
+/// How long a command holding part of the intake budget may wait for its next
+/// bytes (Redis itself has no such limit, but then it has no shared budget).
+const STALL: std::time::Duration = std::time::Duration::from_secs(30);
 /// How far ahead of the bytes received a bulk's buffer is grown.
 const CHUNK: usize = 1 << 20;
 
@@ -29,11 +32,12 @@ pub struct Limits {
     pub max_command: usize,
 }
 
-/// The node's budget for values being received, shared by every connection: a
-/// bulk is read only once its bytes are granted, so a flood of SETs (or of
-/// clients) waits on the socket instead of growing the daemon past its memory.
-/// Small bulks (under [`Intake::UNIT`]) are not counted: a connection holds at
-/// most one command's worth of them, bounded by the line and argument limits.
+/// The node's budget for arguments being received, shared by every connection:
+/// a bulk is read only once its bytes are granted, so a flood of SETs, of huge
+/// MSETs or MGETs, or of clients, waits on the socket instead of growing the
+/// daemon past its memory. Every bulk counts, at least one [`Intake::UNIT`]
+/// (what an argument costs beyond its bytes); inline commands are bounded by the
+/// line limit.
 #[derive(Clone, Debug)]
 pub struct Intake {
     units: Arc<Semaphore>,
@@ -41,8 +45,8 @@ pub struct Intake {
 }
 
 impl Intake {
-    /// Granted in units of 64 KiB.
-    pub const UNIT: usize = 64 << 10;
+    /// Granted in units of 256 bytes.
+    pub const UNIT: usize = 256;
 
     /// A budget of `bytes` (at least one unit).
     pub fn new(bytes: u64) -> Intake {
@@ -69,7 +73,7 @@ impl Intake {
     /// once (the semaphore is fair: the large request is not starved). A value
     /// larger than the whole budget takes the whole budget.
     async fn grant(&self, held: &mut Option<OwnedSemaphorePermit>, len: usize) {
-        let more = len.div_ceil(Self::UNIT) as u32;
+        let more = len.div_ceil(Self::UNIT).clamp(1, u32::MAX as usize / 2) as u32;
         let have = held.as_ref().map_or(0, |p| p.num_permits() as u32);
         let want = (have + more).min(self.total);
         if want == have {
@@ -126,7 +130,12 @@ pub async fn read_command<R: AsyncBufRead + Unpin>(
     let mut total = 0usize;
     let mut granted = None;
     for _ in 0..n {
-        let line = read_line(r).await?;
+        let line = match granted.is_some() {
+            true => tokio::time::timeout(STALL, read_line(r))
+                .await
+                .map_err(|_| RespError::Protocol("command stalled mid-command".into()))?,
+            false => read_line(r).await,
+        }?;
         if line.first() != Some(&b'$') {
             let got = line.first().map(|b| *b as char).unwrap_or(' ');
             return Err(RespError::Protocol(format!("expected '$', got '{got}'")));
@@ -140,10 +149,20 @@ pub async fn read_command<R: AsyncBufRead + Unpin>(
         if total > lim.max_command {
             return Err(RespError::Protocol("command larger than the limit".into()));
         }
-        if let Some(i) = intake.filter(|_| len >= Intake::UNIT) {
+        if let Some(i) = intake {
             i.grant(&mut granted, len).await;
         }
-        args.push(read_bulk(r, len).await?);
+        // Holding part of the budget, the command must keep arriving: a client
+        // that stalls mid-command is cut off, so it cannot hold the budget (and
+        // every other writer) for ever.
+        let bulk = read_bulk(r, len);
+        let bulk = match granted.is_some() {
+            true => tokio::time::timeout(STALL, bulk)
+                .await
+                .map_err(|_| RespError::Protocol("command stalled mid-value".into()))?,
+            false => bulk.await,
+        };
+        args.push(bulk?);
     }
     Ok(Some(Command {
         args,
@@ -233,7 +252,7 @@ mod tests {
 
     #[tokio::test]
     async fn values_wait_for_the_intake_budget() {
-        let intake = Intake::new(4 * Intake::UNIT as u64);
+        let intake = Intake::new(8 * Intake::UNIT as u64);
         let lim = Limits {
             max_value: 1 << 20,
             max_command: 1 << 21,
@@ -247,8 +266,9 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(intake.in_use(), 3 * Intake::UNIT as u64);
-        // A second value of the same size does not fit beside the first: it waits.
+        // Every argument counts: a unit each for SET and k, three for the value.
+        assert_eq!(intake.in_use(), 5 * Intake::UNIT as u64);
+        // A second command of the same size does not fit beside the first: it waits.
         let mut r2 = tokio::io::BufReader::new(&wire[..]);
         let second = read_command(&mut r2, lim, Some(&intake));
         tokio::pin!(second);
@@ -264,7 +284,7 @@ mod tests {
         drop(second);
         assert_eq!(intake.in_use(), 0);
         // A value larger than the whole budget takes all of it, and still passes.
-        let big = vec![1u8; 6 * Intake::UNIT];
+        let big = vec![1u8; 10 * Intake::UNIT];
         let mut wire = format!("*1\r\n${}\r\n", big.len()).into_bytes();
         wire.extend_from_slice(&big);
         wire.extend_from_slice(b"\r\n");

@@ -2,7 +2,6 @@
 //! visible in one place ([`Session::run`]).
 
 use crate::expiry::{self, expired, expiry};
-use crate::keys::encode_key;
 use crate::pools::{Pool, Which};
 use crate::reply::{arity, array, bulk, error, int, nil, ok};
 use crate::shared::{Shared, Stats};
@@ -42,6 +41,9 @@ pub struct Session {
     /// The authenticated user may only read (role `read-only`).
     read_only: bool,
 }
+
+/// Keys looked up at once by a many-key command (MGET, EXISTS, CAIRN.PREFIXLEN).
+const LOOKUP_BATCH: usize = 1024;
 
 /// The commands that change data: refused to read-only users.
 const WRITES: &[&str] = &[
@@ -90,6 +92,10 @@ impl Session {
             Ok(next) => Ok(next),
             Err(RespError::Objects(e)) => {
                 error(w, &format!("ERR {e}")).await?;
+                Ok(Next::Continue)
+            }
+            Err(RespError::BadKey(m)) => {
+                error(w, &format!("ERR {m}")).await?;
                 Ok(Next::Continue)
             }
             Err(e) => Err(e),
@@ -204,29 +210,45 @@ impl Session {
                 }
                 _ => return arity(w, "get").await,
             },
+            // Many keys are looked up a batch at a time, so a million-key command
+            // holds a batch of manifests, not a million.
             "MGET" => {
                 if a.is_empty() {
                     return arity(w, "mget").await;
                 }
-                let recs = self.lookup(tenant, a).await?;
-                self.count_lookups(&recs);
-                array(w, recs.len()).await?;
-                for rec in recs {
-                    self.value(tenant, rec, w).await?;
+                array(w, a.len()).await?;
+                for batch in a.chunks(LOOKUP_BATCH) {
+                    let recs = self.lookup(tenant, batch).await?;
+                    self.count_lookups(&recs);
+                    for rec in recs {
+                        self.value(tenant, rec, w).await?;
+                    }
                 }
             }
             "EXISTS" => {
                 if a.is_empty() {
                     return arity(w, "exists").await;
                 }
-                let recs = self.lookup(tenant, a).await?;
-                int(w, recs.iter().filter(|r| r.is_some()).count() as i64).await?;
+                let mut n = 0;
+                for batch in a.chunks(LOOKUP_BATCH) {
+                    let recs = self.lookup(tenant, batch).await?;
+                    n += recs.iter().filter(|r| r.is_some()).count() as i64;
+                }
+                int(w, n).await?;
             }
             // The Cairn extension for LMCache's batched_contains: how many leading
             // keys exist, in one round trip instead of one EXISTS per key.
             "CAIRN.PREFIXLEN" => {
-                let recs = self.lookup(tenant, a).await?;
-                int(w, recs.iter().take_while(|r| r.is_some()).count() as i64).await?;
+                let mut n = 0;
+                for batch in a.chunks(LOOKUP_BATCH) {
+                    let recs = self.lookup(tenant, batch).await?;
+                    let hit = recs.iter().take_while(|r| r.is_some()).count();
+                    n += hit as i64;
+                    if hit < batch.len() {
+                        break;
+                    }
+                }
+                int(w, n).await?;
             }
             "STRLEN" => match a {
                 [k] => {
@@ -267,7 +289,12 @@ impl Session {
                     let Some(rec) = rec else { continue };
                     match self
                         .store
-                        .delete_object(tenant, &bucket, &encode_key(k), Precondition::default())
+                        .delete_object(
+                            tenant,
+                            &bucket,
+                            &self.pool.object_key(k)?,
+                            Precondition::default(),
+                        )
                         .await
                     {
                         Ok(()) => n += i64::from(expiry(&rec).is_none_or(|at| at > now())),
@@ -278,6 +305,9 @@ impl Session {
                 int(w, n).await?;
             }
             "DBSIZE" => {
+                if !a.is_empty() {
+                    return arity(w, "dbsize").await;
+                }
                 let n = self.count_keys(tenant).await?.keys;
                 int(w, n).await?;
             }
@@ -468,7 +498,7 @@ impl Session {
             .map(|k| {
                 self.store
                     .meta()
-                    .object(bucket, &encode_key(k))
+                    .object(bucket, &self.pool.object_key(k)?)
                     .map_err(|e| RespError::Objects(e.into()))
             })
             .collect()
@@ -487,8 +517,11 @@ impl Session {
             .zip(found)
             .map(|(k, r)| match r {
                 Some(r) if expired(&r, t) => {
-                    let bucket = self.pool.bucket.clone();
-                    expiry::forget(&self.store, tenant, bucket, encode_key(k), &r);
+                    // Found, so its key maps (lookup_raw mapped it).
+                    if let Ok(key) = self.pool.object_key(k) {
+                        let bucket = self.pool.bucket.clone();
+                        expiry::forget(&self.store, tenant, bucket, key, &r);
+                    }
                     None
                 }
                 r => r,
@@ -523,7 +556,10 @@ impl Session {
         let mut sent = 0u64;
         let mut piece = first;
         while let Some(b) = piece {
-            let b = b.map_err(RespError::Objects)?;
+            // The header is out: an error now cannot be a reply (the client
+            // would take it for the value's bytes). The connection is closed
+            // instead, so the client sees a short read, never wrong bytes.
+            let b = b.map_err(|e| RespError::Io(std::io::Error::other(e.to_string())))?;
             sent += b.len() as u64;
             w.write_all(&b).await.map_err(RespError::Io)?;
             piece = s.next().await;

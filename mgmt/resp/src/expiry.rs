@@ -11,7 +11,6 @@
 //! condition harmlessly.
 
 use crate::commands::{now, Session};
-use crate::keys::encode_key;
 use crate::reply::{error, int};
 use crate::RespError;
 use bytes::Bytes;
@@ -150,7 +149,7 @@ impl Session {
                     .delete_object(
                         tenant,
                         &self.pool.bucket,
-                        &encode_key(key),
+                        &self.pool.object_key(key)?,
                         this_write(&rec),
                     )
                     .await
@@ -210,6 +209,7 @@ impl Session {
         error(w, "ERR the key kept changing; try again").await
     }
 
+    /// The key is one [`Session::lookup`] found, so it maps to an object key.
     async fn replace(
         &self,
         tenant: u64,
@@ -217,14 +217,13 @@ impl Session {
         rec: &ObjectRecord,
         meta: BTreeMap<String, String>,
     ) -> Result<(), ObjectError> {
+        let Ok(object) = self.pool.object_key(key) else {
+            return Err(ObjectError::Meta(MetaError::NoSuchKey(
+                String::from_utf8_lossy(key).into_owned(),
+            )));
+        };
         self.store
-            .replace_meta(
-                tenant,
-                &self.pool.bucket,
-                &encode_key(key),
-                WriteId::of(rec),
-                meta,
-            )
+            .replace_meta(tenant, &self.pool.bucket, &object, WriteId::of(rec), meta)
             .await
     }
 }

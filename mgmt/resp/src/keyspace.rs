@@ -2,7 +2,6 @@
 
 use crate::commands::{now, Session};
 use crate::expiry::expiry;
-use crate::keys::{decode_key, encode_key};
 use crate::reply::{array, bulk, error};
 use crate::shared::Cursor;
 use crate::RespError;
@@ -75,7 +74,7 @@ impl Session {
             .list_objects(
                 tenant,
                 &self.pool.bucket,
-                &encode_key(prefix),
+                &self.pool.object_key(prefix).unwrap_or_default(),
                 after,
                 None,
                 count.min(SCAN_MAX),
@@ -86,7 +85,7 @@ impl Session {
             .objects
             .iter()
             .filter(|(_, r)| expiry(r).is_none_or(|at| at > t))
-            .filter_map(|(k, _)| decode_key(k))
+            .filter_map(|(k, _)| self.pool.redis_key(k))
             .filter(|k| pattern.as_deref().is_none_or(|p| glob(p, k)))
             .collect();
         let next = match (page.next, page.objects.last()) {

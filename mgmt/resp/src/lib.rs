@@ -44,6 +44,9 @@ pub enum RespError {
     Protocol(String),
     #[error(transparent)]
     Objects(#[from] cairn_objects::ObjectError),
+    /// A key the keyspace cannot hold (answered with `-ERR`).
+    #[error("{0}")]
+    BadKey(String),
 }
 
 /// What a RESP server is given.

@@ -4,11 +4,12 @@
 
 use crate::commands::Session;
 use crate::expiry::this_write;
-use crate::keys::bucket_for;
+use crate::keys::{bucket_for, decode_key, encode_key};
 use crate::reply::{error, ok};
 use crate::RespError;
 use bytes::Bytes;
-use cairn_meta::{bucket_id, KvPool, ObjectRecord};
+use cairn_meta::{bucket_id, KvPool, MetaError, ObjectRecord};
+use cairn_objects::ObjectError;
 use tokio::io::AsyncWrite;
 
 /// The user metadata that pins a key: a full pool never evicts it.
@@ -29,6 +30,33 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
+    /// Whether the keyspace is an S3 bucket (a pool made with `--s3-bucket`).
+    fn s3(&self) -> bool {
+        !self.bucket.starts_with('_')
+    }
+
+    /// The object key of a Redis key. In the tenants' own keyspaces, every byte
+    /// outside printable ASCII (and `%`) is escaped ([`encode_key`]), so any key
+    /// is held; in an S3 pool the key is the object key itself, as S3 clients
+    /// name it, so it must be UTF-8 (a key that is not would need an escape that
+    /// another key could spell).
+    pub fn object_key(&self, key: &[u8]) -> Result<String, RespError> {
+        if !self.s3() {
+            return Ok(encode_key(key));
+        }
+        std::str::from_utf8(key).map(str::to_string).map_err(|_| {
+            RespError::BadKey("keys of a pool kept as an S3 bucket must be UTF-8".into())
+        })
+    }
+
+    /// The Redis key of an object key, [`Pool::object_key`] undone.
+    pub fn redis_key(&self, object: &str) -> Option<Vec<u8>> {
+        match self.s3() {
+            true => Some(object.as_bytes().to_vec()),
+            false => decode_key(object),
+        }
+    }
+
     /// The tenant's default keyspace, made on its first write.
     pub fn default_for(tenant: u64) -> Pool {
         let bucket = bucket_for(tenant);
@@ -88,9 +116,12 @@ impl Session {
     ) -> Result<(), RespError> {
         let Some(i) = std::str::from_utf8(db)
             .ok()
-            .and_then(|s| s.parse::<u32>().ok())
+            .and_then(|s| s.parse::<i64>().ok())
         else {
             return error(w, "ERR value is not an integer or out of range").await;
+        };
+        let Ok(i) = u32::try_from(i) else {
+            return error(w, "ERR DB index is out of range").await;
         };
         match self.find_pool(tenant, Which::Index(i)).await? {
             Some(p) => {
@@ -129,6 +160,15 @@ impl Session {
         let Some(max) = rec.quota.max_bytes else {
             return Ok(());
         };
+        if len > max {
+            // Evicting everything would not make room: refuse before losing any.
+            return Err(RespError::Objects(ObjectError::Meta(
+                MetaError::QuotaExceeded(format!(
+                    "a value of {len} bytes is larger than pool {}'s capacity of {max}",
+                    kv.name
+                )),
+            )));
+        }
         let used = self
             .store
             .meta()

@@ -2,7 +2,6 @@
 
 use crate::commands::{now, Session};
 use crate::expiry::{self, expired, EXPIRES};
-use crate::keys::encode_key;
 use crate::reply::{error, nil, ok};
 use crate::shared::Stats;
 use crate::RespError;
@@ -102,23 +101,35 @@ impl Session {
                 .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
         }
         let len = value.len() as u64;
-        self.make_room(tenant, len).await?;
         Stats::add(&self.shared.stats.bytes_in, len);
         self.store.ram().count_traffic(&self.pool.id, len, 0);
-        let held = value.clone();
-        let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value)]);
-        let rec = self
-            .store
-            .put_object(
-                tenant,
-                &bucket,
-                &encode_key(key),
-                body,
-                Some(len),
-                attrs,
-                cond,
-            )
-            .await?;
+        // A caching pool makes room first; writers racing for the same room may
+        // still find it taken at commit, and make room again (a few times).
+        let evicting = self.pool.kv.as_ref().is_some_and(|k| k.evict);
+        let mut tries = 0;
+        let rec = loop {
+            self.make_room(tenant, len).await?;
+            let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(value.clone())]);
+            let put = self
+                .store
+                .put_object(
+                    tenant,
+                    &bucket,
+                    &self.pool.object_key(key)?,
+                    body,
+                    Some(len),
+                    attrs.clone(),
+                    cond.clone(),
+                )
+                .await;
+            match put {
+                Err(ObjectError::Meta(MetaError::QuotaExceeded(_))) if evicting && tries < 3 => {
+                    tries += 1;
+                }
+                r => break r?,
+            }
+        };
+        let held = value;
         // Written, so likely read back soon (by this node or, after their first
         // read, by others): it stays in RAM, at the cost of no copy.
         self.store.hold(tenant, &self.pool.id, &rec, &held);
