@@ -846,6 +846,21 @@ fn purge_tenant(
 
 /// Applies one mutation inside the batch's transaction. A mutation that fails its
 /// checks writes nothing, so its failure does not disturb the others in the batch.
+/// An object's record changed in place (its extents' places, its metadata):
+/// nothing freed, usage unchanged.
+fn rewrite(
+    objects: &mut redb::Table<(&str, &str), &[u8]>,
+    bucket: &str,
+    key: &str,
+    record: ObjectRecord,
+) -> Result<Applied, MetaError> {
+    objects.insert((bucket, key), serde_json::to_vec(&record)?.as_slice())?;
+    Ok(Applied {
+        freed: Vec::new(),
+        object: Some(record),
+    })
+}
+
 fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError> {
     let mut buckets = tx.open_table(BUCKETS)?;
     let mut objects = tx.open_table(OBJECTS)?;
@@ -1114,14 +1129,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 user_meta: user_meta.clone(),
                 ..old
             };
-            objects.insert(
-                (bucket.as_str(), key.as_str()),
-                serde_json::to_vec(&record)?.as_slice(),
-            )?;
-            Ok(Applied {
-                freed: Vec::new(),
-                object: Some(record),
-            })
+            rewrite(&mut objects, bucket, key, record)
         }
         Mutation::MoveFragments {
             bucket,
@@ -1161,14 +1169,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                     _ => return Err(MetaError::PreconditionFailed),
                 }
             }
-            objects.insert(
-                (bucket.as_str(), key.as_str()),
-                serde_json::to_vec(&record)?.as_slice(),
-            )?;
-            Ok(Applied {
-                freed: Vec::new(),
-                object: Some(record),
-            })
+            rewrite(&mut objects, bucket, key, record)
         }
     }
 }

@@ -52,7 +52,7 @@ fn view(store: &ObjectStore, id: &str, b: &BucketRecord) -> Result<Option<KvPool
     };
     let meta = store.meta();
     let used = meta.bucket_usage(id)?;
-    let ram = store.ram().groups().remove(id).unwrap_or_default();
+    let ram = store.ram().group(id);
     Ok(Some(KvPoolView {
         tenant: tenant_name(meta, b.tenant),
         name: kv.name,

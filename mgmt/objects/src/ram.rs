@@ -207,6 +207,12 @@ impl RamTier {
         with_group(&self.groups, &Arc::from(group), |f| f.dropped += n);
     }
 
+    /// One keyspace's share (all zero when it was never held).
+    pub fn group(&self, group: &str) -> GroupFigures {
+        let m = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(group).cloned().unwrap_or_default()
+    }
+
     /// Each keyspace's share, by bucket id (keyspaces never held are absent).
     pub fn groups(&self) -> BTreeMap<String, GroupFigures> {
         let m = self.groups.lock().unwrap_or_else(|e| e.into_inner());

@@ -539,7 +539,6 @@ impl Session {
         w: &mut W,
     ) -> Result<(), RespError> {
         let Some(rec) = rec else { return nil(w).await };
-        Stats::add(&self.shared.stats.bytes_out, rec.size);
         self.store.ram().count_traffic(&self.pool.id, 0, rec.size);
         // A value read is likely read again (a KV cache's is, by every decode
         // server): it is brought into the RAM tier on the way.

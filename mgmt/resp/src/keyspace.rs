@@ -198,6 +198,14 @@ impl Session {
         }
         if wants("stats") {
             let rc = ram.counters();
+            // Bytes in and out, and values evicted from full pools, are counted
+            // per keyspace (for `nodectl kv stats`); the node's are their sums.
+            let (mut bytes_in, mut bytes_out, mut dropped) = (0, 0, 0);
+            for f in ram.groups().values() {
+                bytes_in += f.bytes_in;
+                bytes_out += f.bytes_out;
+                dropped += f.dropped;
+            }
             let (hits, misses) = (get(&rc.hits), get(&rc.misses));
             let ratio = match hits + misses {
                 0 => 0.0,
@@ -209,11 +217,11 @@ impl Session {
                 get(&st.connections),
                 get(&st.commands),
                 get(&st.rejected),
-                get(&st.bytes_in),
-                get(&st.bytes_out),
+                bytes_in,
+                bytes_out,
                 get(&st.hits),
                 get(&st.misses),
-                get(&st.evicted),
+                dropped,
                 get(&rc.evicted),
             );
         }

@@ -156,8 +156,15 @@ impl Session {
         let Some(kv) = self.pool.kv.as_ref().filter(|k| k.evict) else {
             return Ok(());
         };
-        let rec = self.store.bucket(tenant, &self.pool.bucket).await?;
-        let Some(max) = rec.quota.max_bytes else {
+        // This node's copy of the metadata, no barrier: the commit checks the
+        // quota against the cluster's, and a write refused there makes room again.
+        let meta = self.store.meta();
+        let local = |e: MetaError| RespError::Objects(e.into());
+        let Some(max) = meta
+            .bucket(&self.pool.id)
+            .map_err(local)?
+            .and_then(|b| b.quota.max_bytes)
+        else {
             return Ok(());
         };
         if len > max {
@@ -169,12 +176,7 @@ impl Session {
                 )),
             )));
         }
-        let used = self
-            .store
-            .meta()
-            .bucket_usage(&self.pool.id)
-            .map_err(|e| RespError::Objects(e.into()))?
-            .bytes;
+        let used = meta.bucket_usage(&self.pool.id).map_err(local)?.bytes;
         if used + len <= max {
             return Ok(());
         }
@@ -214,7 +216,6 @@ impl Session {
         if dropped > 0 {
             tracing::debug!(pool = %kv.name, dropped, "KV pool full: oldest values evicted");
             self.store.ram().count_dropped(&self.pool.id, dropped);
-            crate::shared::Stats::add(&self.shared.stats.evicted, dropped);
         }
         Ok(())
     }

@@ -38,10 +38,6 @@ pub(crate) struct Stats {
     /// Keys a GET or MGET found, and did not.
     pub hits: AtomicU64,
     pub misses: AtomicU64,
-    /// Values deleted from full caching pools to make room.
-    pub evicted: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub bytes_out: AtomicU64,
 }
 
 /// Counts a connection as connected while it lives.

@@ -3,7 +3,6 @@
 use crate::commands::{now, Session};
 use crate::expiry::{self, expired, EXPIRES};
 use crate::reply::{error, nil, ok};
-use crate::shared::Stats;
 use crate::RespError;
 use bytes::Bytes;
 use cairn_meta::{MetaError, Precondition};
@@ -101,7 +100,6 @@ impl Session {
                 .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
         }
         let len = value.len() as u64;
-        Stats::add(&self.shared.stats.bytes_in, len);
         self.store.ram().count_traffic(&self.pool.id, len, 0);
         // A caching pool makes room first; writers racing for the same room may
         // still find it taken at commit, and make room again (a few times).
