@@ -477,6 +477,7 @@ impl ObjectStore {
             tick.tick().await;
             for t in self.ram.tenants() {
                 if t != cairn_meta::ROOT_TENANT && matches!(self.meta.tenant(t), Ok(None)) {
+                    tracing::info!(tenant = %format!("{t:016x}"), "RAM tier: a purged tenant's values dropped");
                     self.ram.forget_tenant(t);
                 }
             }

@@ -135,7 +135,6 @@ impl RamTier {
                         f.evicted += u64::from(size);
                     });
                 })
-                .support_invalidation_closures()
                 .build()
         });
         RamTier {
@@ -321,6 +320,9 @@ impl RamTier {
     pub(crate) fn forget(&self, extent: u128) {
         if let Some(c) = &self.cache {
             c.invalidate(&extent);
+            // Applied now: until moka's maintenance runs, the removed value is
+            // still held and still counted in the tier's size.
+            c.run_pending_tasks();
         }
     }
 
@@ -328,8 +330,17 @@ impl RamTier {
     /// may stay anywhere).
     pub fn forget_tenant(&self, tenant: u64) {
         if let Some(c) = &self.cache {
-            // Only fails when closures are not supported, and they are.
-            let _ = c.invalidate_entries_if(move |_, h| h.tenant == tenant);
+            // Each entry removed now, not by a predicate the cache applies lazily
+            // (moka's invalidate_entries_if left the bytes held, and counted,
+            // until a later maintenance pass got round to them).
+            let gone: Vec<u128> = c
+                .iter()
+                .filter(|(_, h)| h.tenant == tenant)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in gone {
+                c.invalidate(&k);
+            }
             c.run_pending_tasks();
         }
     }
@@ -422,10 +433,16 @@ mod tests {
         ram.admit(1, &g(), 1, Bytes::from_static(b"one"));
         ram.admit(2, &g(), 2, Bytes::from_static(b"two"));
         ram.forget_tenant(1);
+        assert_eq!(
+            ram.bytes(),
+            3,
+            "its bytes are gone at once, not only hidden"
+        );
         assert!(ram.get(1).is_none());
         assert!(ram.get(2).is_some());
         assert_eq!(ram.tenants(), [2].into());
         ram.forget(2);
+        assert_eq!(ram.bytes(), 0, "a forgotten value no longer counts");
         assert!(ram.get(2).is_none());
         assert_eq!(ram.groups()["b"].bytes, 0, "what left is no longer counted");
     }
