@@ -23,9 +23,11 @@
 #  2. Cairn: `nodectl dev up --nodes 2` on loopback (a /24 of our own, nodes at .11
 #     and .12; 2 file-backed drives per node; erasure 1+1 across the nodes, data
 #     sealed at rest, every SET acknowledged after fsync). The prefill server SETs
-#     the chunks through node 1; the decode server GETs them through node 2, twice:
-#     cold (node 2 has never served them: fetched and decrypted from the drives of
-#     both nodes, and promoted into node 2's RAM tier) and warm (the second read,
+#     the chunks through node 1, into database 0 (durable) and then into a
+#     write-back pool (`kv pool create root prefill`, the pools' default); the
+#     decode server GETs database 0's through node 2, twice: cold (node 2 has
+#     never served them: fetched and decrypted from the drives of both nodes,
+#     and promoted into node 2's RAM tier) and warm (the second read,
 #     served from node 2's RAM tier; --kv-ram sized to hold the context). mgmtd's
 #     and datapathd's RSS are sampled every second (bench-out/kv-logs/rss.txt).
 #  3. redis-server (Debian package; installed with apt-get once if missing, else
@@ -266,6 +268,13 @@ PFX=ctx-$(hex 4)
 log "Cairn: prefill SETs $CHUNKS chunks through node 1 (${RESP[0]})"
 kvrun cairn-set set --addr "${RESP[0]}" "${LOAD[@]}" --prefix "$PFX"
 meta rss_cairn_after_set "$(rss_now)"
+# The same chunks into a write-back pool (a KV pool's default: acknowledged once
+# every fragment is in its node's memory, flushed within 200 ms), then dropped.
+"$BIN/nodectl" kv pool create root prefill --data "$CD" > "$LOGS/pool.log" 2>&1 \
+  || die "kv pool create failed: $(tail -1 "$LOGS/pool.log")"
+KVBENCH_USER="$CAIRN_ROOT_ACCESS_KEY/prefill" \
+  kvrun cairn-set-wb set --addr "${RESP[0]}" "${LOAD[@]}" --prefix "$PFX-wb"
+"$BIN/nodectl" kv pool delete root prefill --data "$CD" >> "$LOGS/pool.log" 2>&1 || true
 log "Cairn: decode GETs them through node 2 (${RESP[1]}): cold, then warm"
 kvrun cairn-get-cold get --addr "${RESP[1]}" "${LOAD[@]}" --prefix "$PFX"
 meta rss_cairn_after_get_cold "$(rss_now)"

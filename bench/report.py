@@ -261,7 +261,8 @@ def kv_table(raw, meta_path):
     rows = [
         ("Loopback TCP ceiling (kvbench tcp)", "GET", "tcp", "tcp", None),
         ("Loopback TCP ceiling (kvbench tcp --op set)", "SET", "tcp-set", "tcp-set", None),
-        ("Cairn, 2 nodes: prefill via node 1", "SET", "cairn-set", "tcp-set", "redis-set"),
+        ("Cairn, 2 nodes: prefill via node 1 (database 0, durable)", "SET", "cairn-set", "tcp-set", "redis-set"),
+        ("Cairn: prefill via node 1 into a write-back pool", "SET", "cairn-set-wb", "tcp-set", "redis-set"),
         ("Cairn: decode via node 2, cold", "GET", "cairn-get-cold", "tcp", "redis-get"),
         ("Cairn: decode via node 2, warm (2nd read)", "GET", "cairn-get-warm", "tcp", "redis-get"),
         ("redis-server (RAM only)", "SET", "redis-set", "tcp-set", None),

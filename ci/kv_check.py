@@ -1070,10 +1070,71 @@ def sec_nodeloss(c):
     n3.close()
 
 
+# ---------------------------------------------------------------- 10. placement
+
+def sec_placement(c):
+    """A pool held on nodes 1 and 2 (`kv pool create --nodes`, write-back by default):
+    values SET through node 3 add no chunk to node 3's drives and land on 1 and 2,
+    read byte-exact through every node; with node 2 killed -9 and kept down they
+    still read through nodes 1 and 3 (the stripes fit two nodes as 1+1 mirrors)."""
+    def node_json(k, *args):
+        return json.loads(sh(c.a.nodectl, *args, "--data", c.a.data, "--node", str(k), "--json"))
+    ids = {k: node_json(k, "cluster", "status")["this_node"] for k in (1, 2, 3)}
+    pool = f"pl-{RUN}"
+    view = node_json(1, "kv", "pool", "create", "root", pool, "--nodes", f"{ids[1][:8]},{ids[2]}")
+    R.eq("pool created with id prefixes: its nodes in full, write-back by default",
+         (sorted(view["nodes"]), view["durability"]), (sorted([ids[1], ids[2]]), "write-back"))
+
+    def chunks(k):
+        return sum(d["chunks"] for d in node_json(k, "drives")["drives"])
+    before = {k: chunks(k) for k in (1, 2, 3)}
+    vals = {f"{pool}:{lm_key(i)}": os.urandom(random.choice((100 << 10, 2 * MIB, 5 * MIB + 17)))
+            for i in range(12)}
+    n3 = Conn(c.resp[3], auth=(f"{c.key}/{pool}", c.secret))
+    acks = [n3.cmd("SET", k, v) for k, v in vals.items()]
+    R.ok("12 values SET through node 3 into the pool, all +OK", all(a == b"+OK\r\n" for a in acks),
+         short(set(acks)))
+    n3.close()
+    after = {k: chunks(k) for k in (1, 2, 3)}
+    R.ok("node 3's drives took no chunk of them; nodes 1 and 2 took them",
+         after[3] == before[3] and after[1] > before[1] and after[2] > before[2],
+         f"chunks before {before}, after {after}")
+    # Node 1 reads them only once node 2 is down: it has never served them, so
+    # its RAM tier cannot answer, and its reads need the copies on its own drives
+    # (node 3, which SET them, holds them in its RAM tier).
+    cn = Conn(c.resp[2], auth=(f"{c.key}/{pool}", c.secret))
+    bad = [k for k, v in vals.items() if cn.cmd("GET", k) != bulk(v)]
+    R.ok("all 12 byte-exact through node 2", not bad, f"{len(bad)} wrong")
+    cn.close()
+    sh(c.a.nodectl, "dev", "stop", "2", "--kill", "--data", c.a.data)
+    try:
+        for node in (1, 3):
+            cn = Conn(c.resp[node], auth=(f"{c.key}/{pool}", c.secret))
+            bad = [k for k, v in vals.items() if cn.cmd("GET", k) != bulk(v)]
+            R.ok(f"node 2 killed -9 and down: all 12 byte-exact through node {node}", not bad,
+                 f"{len(bad)} wrong, e.g. {bad[:1]}")
+            cn.close()
+    finally:
+        sh(c.a.nodectl, "dev", "start", "2", "--data", c.a.data)
+    t = time.time()
+    while time.time() - t < 60:
+        try:
+            n2 = Conn(c.resp[2], timeout=30, auth=(f"{c.key}/{pool}", c.secret))
+            if n2.cmd("PING") == b"+PONG\r\n":
+                break
+        except (OSError, RuntimeError, EOFError):
+            pass
+        time.sleep(0.3)
+    bad = [k for k, v in vals.items() if n2.cmd("GET", k) != bulk(v)]
+    R.ok(f"node 2 back ({time.time() - t:.1f} s): all 12 byte-exact through it", not bad, f"{len(bad)} wrong")
+    n2.close()
+    sh(c.a.nodectl, "kv", "pool", "delete", "root", pool, "--data", c.a.data)
+
+
 # ---------------------------------------------------------------- main
 
 SECTIONS = ["startup", "reference", "rediscli", "lmcache", "redispy", "expire", "scan", "info", "bench", "s3",
-            "tenants", "badinput", "nodeloss"]
+            "tenants", "badinput", "placement", "nodeloss"]
 
 
 def main():
@@ -1107,6 +1168,7 @@ def main():
         "s3": lambda: sec_s3(c),
         "tenants": lambda: sec_tenants(c, skip),
         "badinput": lambda: sec_badinput(c),
+        "placement": lambda: sec_placement(c),
         "nodeloss": lambda: sec_nodeloss(c),
     }
     t0 = time.time()

@@ -280,6 +280,7 @@ async fn run_service_phase(sh: &Arc<Shared>, op: Op, qd: usize, duration: f64) -
                                 tenant: TENANT,
                                 key_id: 0,
                                 payload,
+                                durable: true,
                             },
                             MIB,
                         )
@@ -297,6 +298,7 @@ async fn run_service_phase(sh: &Arc<Shared>, op: Op, qd: usize, duration: f64) -
                                 tenant: TENANT,
                                 key_id: 0,
                                 payload,
+                                durable: true,
                             },
                             KIB4,
                         )
@@ -428,6 +430,7 @@ fn local(
                             tenant: TENANT,
                             key_id: 0,
                             payload: p,
+                            durable: true,
                         })
                         .collect();
                     let t0 = Instant::now();

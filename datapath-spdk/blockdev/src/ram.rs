@@ -1,5 +1,8 @@
 //! A device in memory, for tests: I/O completes at submission, and faults can be
 //! injected to exercise the error and crash paths of the layers above.
+//!
+//! It models a volatile write cache: a write without FUA is readable at once
+//! but is lost by [`RamDevice::power_loss`] unless a flush came after it.
 
 use crate::{
     check_range, BlockDevice, BlockError, Completion, DeviceInfo, DmaBuf, IoKind, QueuePair, Result,
@@ -23,6 +26,24 @@ pub enum RamFault {
 struct Inner {
     data: Vec<u8>,
     fault: Option<RamFault>,
+    /// Writes without FUA since the last flush, as (offset, the bytes they
+    /// replaced): what a power loss undoes.
+    volatile: Vec<(usize, Vec<u8>)>,
+    /// Durable writes (FUA, trims) made while `volatile` was not empty, as
+    /// (offset, bytes): a power loss keeps them over the undone ones.
+    durable_after: Vec<(usize, Vec<u8>)>,
+}
+
+impl Inner {
+    fn store(&mut self, o: usize, bytes: &[u8], fua: bool) {
+        if !fua {
+            self.volatile
+                .push((o, self.data[o..o + bytes.len()].to_vec()));
+        } else if !self.volatile.is_empty() {
+            self.durable_after.push((o, bytes.to_vec()));
+        }
+        self.data[o..o + bytes.len()].copy_from_slice(bytes);
+    }
 }
 
 /// A memory-backed device. Clones share the same bytes, so a test can drop a store
@@ -42,6 +63,8 @@ impl RamDevice {
             inner: Arc::new(Mutex::new(Inner {
                 data: vec![0; size as usize],
                 fault: None,
+                volatile: Vec::new(),
+                durable_after: Vec::new(),
             })),
             block_size: 4096,
             name: format!("ram:{size}"),
@@ -60,6 +83,24 @@ impl RamDevice {
     /// Sets (or clears) the injected fault.
     pub fn inject(&self, fault: Option<RamFault>) {
         self.lock().fault = fault;
+    }
+
+    /// Writes not yet made durable by a flush.
+    pub fn unflushed(&self) -> usize {
+        self.lock().volatile.len()
+    }
+
+    /// The power fails: every write without FUA since the last flush is lost
+    /// (its bytes go back to what they were); durable writes stay.
+    pub fn power_loss(&self) {
+        let mut g = self.lock();
+        let g = &mut *g;
+        for (o, old) in g.volatile.drain(..).rev() {
+            g.data[o..o + old.len()].copy_from_slice(&old);
+        }
+        for (o, new) in g.durable_after.drain(..) {
+            g.data[o..o + new.len()].copy_from_slice(&new);
+        }
     }
 
     /// Runs `f` on the raw bytes (to corrupt them, or inspect them).
@@ -125,7 +166,7 @@ impl QueuePair for RamQueue {
         Ok(())
     }
 
-    fn submit_write(&mut self, tag: u64, offset: u64, buf: DmaBuf, _fua: bool) -> Result<()> {
+    fn submit_write(&mut self, tag: u64, offset: u64, buf: DmaBuf, fua: bool) -> Result<()> {
         check_range(self.dev.size(), 4096, offset, buf.len() as u64)?;
         let result = {
             let mut g = self.dev.lock();
@@ -138,12 +179,12 @@ impl QueuePair for RamQueue {
                     }
                     Some(RamFault::TearNextWrite { keep }) => {
                         let keep = keep.min(buf.len());
-                        g.data[o..o + keep].copy_from_slice(&buf.as_slice()[..keep]);
+                        g.store(o, &buf.as_slice()[..keep], fua);
                         g.fault = None;
                         Err(BlockError::Injected("torn write"))
                     }
                     None => {
-                        g.data[o..o + buf.len()].copy_from_slice(buf.as_slice());
+                        g.store(o, buf.as_slice(), fua);
                         Ok(buf.len())
                     }
                 }
@@ -154,10 +195,16 @@ impl QueuePair for RamQueue {
     }
 
     fn submit_flush(&mut self, tag: u64) -> Result<()> {
-        let result = match self.dev.lock().fault {
+        let mut g = self.dev.lock();
+        let result = match g.fault {
             Some(RamFault::FailAll) => Err(BlockError::Injected("flush failed")),
-            _ => Ok(0),
+            _ => {
+                g.volatile.clear();
+                g.durable_after.clear();
+                Ok(0)
+            }
         };
+        drop(g);
         self.finish(tag, IoKind::Flush, result, None);
         Ok(())
     }
@@ -167,7 +214,12 @@ impl QueuePair for RamQueue {
         let result = {
             let mut g = self.dev.lock();
             check_range(g.data.len() as u64, 4096, offset, len).map(|_| {
-                g.data[offset as usize..(offset + len) as usize].fill(0);
+                let (o, n) = (offset as usize, len as usize);
+                if g.volatile.is_empty() {
+                    g.data[o..o + n].fill(0);
+                } else {
+                    g.store(o, &vec![0; n], true);
+                }
                 0
             })
         };

@@ -45,6 +45,11 @@ pub use reply::{encode_response_frames, response_len, Reassembly};
 use bytes::Bytes;
 use cairn_types::{ChunkId, ChunkVersion, DriveIndex, TenantId};
 use std::fmt;
+use std::time::Duration;
+
+/// How soon a write-back put (`Request::Put` with `durable: false`) is made
+/// durable at the latest.
+pub const LAZY_FLUSH: Duration = Duration::from_millis(200);
 
 /// Errors of the chunk protocol.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +80,10 @@ pub enum ProtoError {
 /// One operation of a request batch.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Store a chunk durably; acknowledged only once it is on stable media.
+    /// Store a chunk. Durable: acknowledged only once it is on stable media.
+    /// Not durable (a cache pool's write-back): acknowledged once the drive has
+    /// it in volatile memory (its write cache, the host's page cache); the node
+    /// makes it durable within [`LAZY_FLUSH`], and before any later durable write.
     /// Putting an existing id replaces it (repair rewrites a fragment this way).
     Put {
         drive: DriveIndex,
@@ -83,6 +91,7 @@ pub enum Request {
         tenant: TenantId,
         key_id: u32,
         payload: Bytes,
+        durable: bool,
     },
     /// Read a chunk; the checksum is verified before a byte is returned.
     Get {
@@ -163,10 +172,12 @@ impl fmt::Debug for Request {
                 tenant,
                 key_id,
                 payload,
+                durable,
             } => write!(
                 f,
-                "Put(drive={drive}, id={id}, tenant={tenant}, key={key_id}, {} bytes)",
-                payload.len()
+                "Put(drive={drive}, id={id}, tenant={tenant}, key={key_id}, {} bytes{})",
+                payload.len(),
+                if *durable { "" } else { ", write-back" }
             ),
             Request::Get { drive, id, tenant } => {
                 write!(f, "Get(drive={drive}, id={id}, tenant={tenant})")

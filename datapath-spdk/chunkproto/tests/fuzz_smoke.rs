@@ -120,6 +120,7 @@ fn frames_never_panic_the_decoder() {
             tenant: 2,
             key_id: 3,
             payload: Bytes::from_static(b"payload"),
+            durable: true,
         },
         Request::Get {
             drive: 0,

@@ -296,6 +296,7 @@ impl ChunkStore {
             next_seq: max_seq + 1,
             failed: None,
             open_stats: stats,
+            unflushed_since: None,
         };
         for s in to_free {
             store.release(s)?;

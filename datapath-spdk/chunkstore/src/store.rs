@@ -45,11 +45,13 @@ pub struct FormatParams {
 /// One write of a group-committed batch.
 #[derive(Clone, Copy, Debug)]
 pub enum WriteOp<'a> {
+    /// `durable: false` (write-back): see [`ChunkStore::write_batch`].
     Put {
         id: ChunkId,
         tenant: TenantId,
         key_id: u32,
         payload: &'a [u8],
+        durable: bool,
     },
     Delete {
         id: ChunkId,
@@ -162,9 +164,21 @@ impl Seg {
 }
 
 pub(crate) enum Io {
-    Read { off: u64, len: u64 },
-    Write { off: u64, buf: DmaBuf },
-    Trim { off: u64, len: u64 },
+    Read {
+        off: u64,
+        len: u64,
+    },
+    /// `fua`: complete only once on stable media.
+    Write {
+        off: u64,
+        buf: DmaBuf,
+        fua: bool,
+    },
+    Trim {
+        off: u64,
+        len: u64,
+    },
+    Flush,
 }
 
 /// One drive's chunk store. See the crate documentation.
@@ -186,6 +200,9 @@ pub struct ChunkStore {
     pub(crate) failed: Option<String>,
     /// What the last open found damaged or salvaged.
     pub(crate) open_stats: OpenStats,
+    /// Since when write-back records sit in the device's volatile cache, not
+    /// yet flushed (none: everything written is durable).
+    pub(crate) unflushed_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for ChunkStore {
@@ -249,6 +266,7 @@ impl ChunkStore {
             ios.push(Io::Write {
                 off: sb.segment_offset(s),
                 buf: qp.alloc_buf(BLOCK)?,
+                fua: true,
             });
         }
         for r in run(qp.as_mut(), ios) {
@@ -293,6 +311,22 @@ impl ChunkStore {
     }
 
     pub(crate) fn io(&mut self, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
+        // A durable write never lands while write-back records before it are
+        // still volatile: otherwise a power loss could keep the later write and
+        // lose the earlier records under it, a hole in the log that the next
+        // open would take for corruption rather than a torn tail.
+        if self.unflushed_since.is_some()
+            && ios
+                .iter()
+                .any(|io| matches!(io, Io::Write { fua: true, .. }))
+        {
+            if let Err(e) = self.flush() {
+                return ios
+                    .iter()
+                    .map(|_| Err(StoreError::Failed(e.to_string())))
+                    .collect();
+            }
+        }
         let res = run(self.qp.as_mut(), ios);
         for r in &res {
             if let Err(e) = r {
@@ -306,8 +340,42 @@ impl ChunkStore {
         res
     }
 
+    /// Makes every write so far durable (write-back records included).
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_ok()?;
+        let r = run(self.qp.as_mut(), vec![Io::Flush]).pop();
+        match r {
+            Some(Ok(_)) => {
+                self.unflushed_since = None;
+                Ok(())
+            }
+            Some(Err(e)) => {
+                let msg = e.to_string();
+                tracing::error!(device = %self.device.name, "flush failed, failing the store: {msg}");
+                self.failed = Some(msg.clone());
+                Err(StoreError::Failed(msg))
+            }
+            None => Err(StoreError::Malformed("no completion")),
+        }
+    }
+
+    /// Flushes write-back records that have waited `age` or more; says whether
+    /// any were waiting at all (the reactor then keeps its turns short).
+    pub fn flush_older_than(&mut self, age: Duration) -> Result<bool> {
+        match self.unflushed_since {
+            Some(t) if t.elapsed() >= age => self.flush().map(|()| true),
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
     pub(crate) fn write(&mut self, off: u64, buf: DmaBuf) -> Result<()> {
-        self.io(vec![Io::Write { off, buf }])
+        self.write_as(off, buf, true)
+    }
+
+    /// One write; `fua: false` is a write-back batch's (see `write_batch`).
+    pub(crate) fn write_as(&mut self, off: u64, buf: DmaBuf, fua: bool) -> Result<()> {
+        self.io(vec![Io::Write { off, buf, fua }])
             .pop()
             .unwrap_or(Err(StoreError::Malformed("no completion")))?;
         Ok(())
@@ -495,8 +563,8 @@ impl ChunkStore {
         }
     }
 
-    /// Closes the store. Every acknowledged write is already durable; this flushes
-    /// for good measure and drops the queue.
+    /// Closes the store: seals the open segment and flushes (write-back records
+    /// become durable here at the latest), then drops the queue.
     pub fn close(mut self) -> Result<()> {
         // Seal the open segment: after a clean stop every record is then in a
         // summary, so damage to the last batch can never be mistaken at the next
@@ -543,13 +611,20 @@ pub(crate) fn read_sync(qp: &mut dyn QueuePair, off: u64, len: u64) -> Result<Dm
 }
 
 pub(crate) fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Result<()> {
-    run(qp, vec![Io::Write { off, buf }])
-        .pop()
-        .unwrap_or(Err(StoreError::Malformed("no completion")))?;
+    run(
+        qp,
+        vec![Io::Write {
+            off,
+            buf,
+            fua: true,
+        }],
+    )
+    .pop()
+    .unwrap_or(Err(StoreError::Malformed("no completion")))?;
     Ok(())
 }
 
-/// Submits every I/O, then collects all completions; writes are FUA. Results are
+/// Submits every I/O, then collects all completions. Results are
 /// in submission order (a flush/trim yields an empty buffer placeholder).
 pub(crate) fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
     let n = ios.len();
@@ -561,8 +636,9 @@ pub(crate) fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
             Io::Read { off, len } => qp
                 .alloc_buf(len as usize)
                 .and_then(|b| qp.submit_read(tag, off, b)),
-            Io::Write { off, buf } => qp.submit_write(tag, off, buf, true),
+            Io::Write { off, buf, fua } => qp.submit_write(tag, off, buf, fua),
             Io::Trim { off, len } => qp.submit_trim(tag, off, len),
+            Io::Flush => qp.submit_flush(tag),
         };
         match r {
             Ok(()) => pending += 1,

@@ -109,7 +109,16 @@ impl ChunkStore {
 
     /// Group commit: writes all `ops` as (normally) one durable write and returns one
     /// result per op, in order, only after the data is on stable media.
+    ///
+    /// Write-back: when every op is a put with `durable: false`, the batch is
+    /// written without FUA and answered once the device has it (in its volatile
+    /// cache); it is flushed by [`ChunkStore::flush_older_than`], by [`ChunkStore::close`],
+    /// or before the next durable write, whichever comes first. A batch with any
+    /// durable op is durable as a whole.
     pub fn write_batch(&mut self, ops: &[WriteOp<'_>]) -> Vec<Result<WriteOutcome>> {
+        let write_back = ops
+            .iter()
+            .all(|op| matches!(op, WriteOp::Put { durable: false, .. }));
         let mut results: Vec<Option<Result<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
         if let Err(e) = self.check_ok() {
             return ops
@@ -279,8 +288,12 @@ impl ChunkStore {
                 b[..BATCH_HEADER].copy_from_slice(&bh.encode());
             }
             let wo = self.segs[s as usize].write_off;
-            match self.write(self.sb.segment_offset(s) + wo, buf) {
+            match self.write_as(self.sb.segment_offset(s) + wo, buf, !write_back) {
                 Ok(()) => {
+                    if write_back {
+                        self.unflushed_since
+                            .get_or_insert_with(std::time::Instant::now);
+                    }
                     for (n, (k, h, _)) in plan[i..j].iter().enumerate() {
                         let existed = self.apply(s, (wo as usize + placed[n]) as u32, h);
                         results[*k] = Some(Ok(match h.kind {

@@ -420,6 +420,7 @@ fn a_full_drive_deletes_and_then_takes_puts_again() {
                     tenant: 1,
                     key_id: 0,
                     payload: &d,
+                    durable: true,
                 },
                 WriteOp::Delete {
                     id: id(0),

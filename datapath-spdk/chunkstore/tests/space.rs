@@ -124,6 +124,7 @@ fn random_churn_keeps_every_chunk_and_all_space() {
                         tenant: 1,
                         key_id: 0,
                         payload: &d,
+                        durable: true,
                     }]);
                     match &r[0] {
                         Ok(_) => {

@@ -20,6 +20,7 @@ fn round_trip_batch_stat_list() {
                 tenant: 1,
                 key_id: 3,
                 payload: p,
+                durable: true,
             })
             .collect();
         assert!(s.write_batch(&ops).iter().all(|r| r.is_ok()));
@@ -50,6 +51,7 @@ fn round_trip_batch_stat_list() {
                 tenant: 1,
                 key_id: 0,
                 payload: &d,
+                durable: true,
             },
             WriteOp::Delete {
                 id: id(200),
@@ -94,6 +96,7 @@ fn wrong_tenant_is_not_found() {
             tenant: 2,
             key_id: 0,
             payload: b"x",
+            durable: true,
         }]);
         assert!(matches!(r[0], Err(StoreError::TenantConflict)));
         assert_has(&mut s, 1, 100);
@@ -159,6 +162,7 @@ fn torn_tail_loses_only_unacknowledged() {
         tenant: 1,
         key_id: 0,
         payload: &d,
+        durable: true,
     }]);
     assert!(r[0].is_err());
     assert!(s.failed().is_some());
@@ -225,6 +229,7 @@ fn no_space_is_an_error_and_too_large_is_refused() {
             tenant: 1,
             key_id: 0,
             payload: &big,
+            durable: true,
         }]);
         assert!(matches!(r[0], Err(StoreError::TooLarge(..))));
         let mut n = 0;
@@ -235,6 +240,7 @@ fn no_space_is_an_error_and_too_large_is_refused() {
                 tenant: 1,
                 key_id: 0,
                 payload: &d,
+                durable: true,
             }]);
             match r.into_iter().next().unwrap() {
                 Ok(_) => n += 1,
@@ -352,6 +358,7 @@ fn writes_beyond_capacity_trigger_compaction() {
                 tenant: 1,
                 key_id: 0,
                 payload: &d,
+                durable: true,
             }]);
             assert!(r[0].is_ok(), "round {round}: {:?}", r[0]);
         }

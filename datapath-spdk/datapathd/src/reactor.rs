@@ -10,7 +10,7 @@
 use crate::{Config, DatapathError, PollMode, Result};
 use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{
-    DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response,
+    DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response, LAZY_FLUSH,
 };
 use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
 use cairn_types::DriveIndex;
@@ -189,6 +189,20 @@ impl Drive {
         }
     }
 
+    /// Flushes the drive's write-back records that have waited `LAZY_FLUSH`; a
+    /// failed flush fails the drive (what it acknowledged may be lost, and reads
+    /// and repair must treat its chunks as gone).
+    fn flush_write_back(&mut self) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Some((_, store)) = &mut self.open {
+            if let Err(e) = store.flush_older_than(LAZY_FLUSH) {
+                self.mark_failed(format!("flushing write-back data: {e}"));
+            }
+        }
+    }
+
     fn check_health(&mut self) {
         if self.failed.is_some() {
             return;
@@ -249,6 +263,7 @@ impl Drive {
                         tenant,
                         key_id,
                         payload,
+                        durable,
                         ..
                     } => {
                         wpos.push((b, i));
@@ -257,6 +272,7 @@ impl Drive {
                             tenant: *tenant,
                             key_id: *key_id,
                             payload: payload.as_ref(),
+                            durable: *durable,
                         });
                     }
                     Request::Delete { id, tenant, .. } => {
@@ -505,6 +521,11 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
                 }
             }
             last_work = Instant::now();
+        }
+        // Write-back records reach stable media within about LAZY_FLUSH (this
+        // runs every turn, and an idle reactor wakes at least every IDLE_SLEEP).
+        for d in drives.values_mut() {
+            d.flush_write_back();
         }
         if last_health.elapsed() >= HEALTH_EVERY {
             for d in drives.values_mut() {

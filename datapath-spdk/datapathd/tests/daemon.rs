@@ -32,6 +32,7 @@ fn put(drive: u16, id: u128, tenant: u64, p: Bytes) -> Request {
         tenant,
         key_id: 1,
         payload: p,
+        durable: true,
     }
 }
 

@@ -24,6 +24,7 @@ async fn a_drive_with_a_damaged_superblock_fails_alone() {
             tenant: 1,
             key_id: 0,
             payload: data.clone(),
+            durable: true,
         })
         .collect();
     assert!(d
@@ -88,6 +89,7 @@ async fn a_drive_with_a_damaged_superblock_fails_alone() {
                 tenant: 1,
                 key_id: 0,
                 payload: data.clone(),
+                durable: true,
             },
             Request::Put {
                 drive: 1,
@@ -95,6 +97,7 @@ async fn a_drive_with_a_damaged_superblock_fails_alone() {
                 tenant: 1,
                 key_id: 0,
                 payload: data.clone(),
+                durable: true,
             },
         ])
         .await

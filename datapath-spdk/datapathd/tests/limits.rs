@@ -60,6 +60,7 @@ fn put(id: ChunkId, payload: Bytes) -> Request {
         tenant: 1,
         key_id: 0,
         payload,
+        durable: true,
     }
 }
 

@@ -22,6 +22,7 @@ fn put(payload: &'static [u8]) -> Request {
         tenant: 1,
         key_id: 0,
         payload: Bytes::from_static(payload),
+        durable: true,
     }
 }
 

@@ -90,6 +90,7 @@ fn put(id: u128) -> Request {
         tenant: 1,
         key_id: 1,
         payload: Bytes::from(vec![7u8; 4096]),
+        durable: true,
     }
 }
 

@@ -209,6 +209,7 @@ fn verify_chunk_store(bdf: &Bdf, ns: NvmeNamespace) -> Res<()> {
                 tenant: 5,
                 key_id: 0,
                 payload: p,
+                durable: true,
             })
             .collect();
         for r in s.write_batch(&ops) {

@@ -708,6 +708,7 @@ fn chunk_store_on_the_emulated_controller() {
                     tenant: 1,
                     key_id: 0,
                     payload: p,
+                    durable: true,
                 })
                 .collect();
             for r in s.write_batch(&ops) {
@@ -765,6 +766,7 @@ fn chunk_store_marks_itself_failed_on_fatal_status() {
         tenant: 1,
         key_id: 0,
         payload: b"x",
+        durable: true,
     }]);
     assert!(r[0].is_err());
     assert!(s.failed().is_some());

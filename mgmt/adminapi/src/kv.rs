@@ -27,6 +27,19 @@ pub struct NewKvPool {
     /// are objects there too (none: a keyspace S3 cannot name).
     #[serde(default)]
     pub s3_bucket: Option<String>,
+    /// The nodes that store the pool's values, by id or unique id prefix as
+    /// `cluster status` shows them (empty: any node).
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// When a write is acknowledged: `write-back` (the default: once in the
+    /// memory of each fragment's node, durable a fraction of a second later)
+    /// or `durable` (once on stable media).
+    #[serde(default = "write_back")]
+    pub durability: String,
+}
+
+fn write_back() -> String {
+    "write-back".into()
 }
 
 fn yes() -> bool {
@@ -49,6 +62,10 @@ pub struct KvPoolView {
     pub ram_capacity: Option<u64>,
     pub ttl_secs: Option<u64>,
     pub evict: bool,
+    /// The nodes storing its values (full ids; empty: any node).
+    pub nodes: Vec<String>,
+    /// `write-back` or `durable` (see [`NewKvPool::durability`]).
+    pub durability: String,
     /// Values and bytes stored (on the drives, before protection).
     pub values: u64,
     pub bytes: u64,

@@ -718,6 +718,7 @@ async fn chunk_port_refuses_clients_without_the_node_key() {
         tenant: 1,
         key_id: 0,
         payload: bytes::Bytes::from_static(payload),
+        durable: true,
     };
     let r = wrong.call(vec![put(b"forged")]).await;
     assert!(

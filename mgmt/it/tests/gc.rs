@@ -55,6 +55,7 @@ async fn put_chunk(c: &ChunkClient, drive: u16, id: ChunkId, tenant: u64, payloa
             tenant,
             key_id: 0,
             payload,
+            durable: true,
         }])
         .await
         .unwrap();

@@ -374,6 +374,70 @@ async fn pools(addr: &str, node: &Node) {
         c.call(&[b"SET", b"a", b"x"]).await,
         Reply::Error(m) if m.contains("no such bucket")
     ));
+    placed_and_durable(addr, node).await;
+}
+
+/// A pool's nodes are checked against the cluster and kept in full; its
+/// durability is write-back unless `--durable`; values of either kind read back.
+async fn placed_and_durable(addr: &str, node: &Node) {
+    use cairn_it::tenant::{nodectl, nodectl_json};
+    let me = nodectl_json(node, &["cluster", "status"])["this_node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (created, _, err) = nodectl(
+        node,
+        &[
+            "kv", "pool", "create", "root", "nowhere", "--nodes", "0123abc",
+        ],
+    );
+    assert!(
+        !created && err.contains("0123abc"),
+        "an unknown node: {err}"
+    );
+    let wb = nodectl_json(
+        node,
+        &[
+            "kv",
+            "pool",
+            "create",
+            "root",
+            "here",
+            "--nodes",
+            &me[..6],
+            "--index",
+            "11",
+        ],
+    );
+    assert_eq!(wb["nodes"], serde_json::json!([me]));
+    assert_eq!(wb["durability"], "write-back");
+    let d = nodectl_json(
+        node,
+        &[
+            "kv",
+            "pool",
+            "create",
+            "root",
+            "safe",
+            "--durable",
+            "--index",
+            "12",
+        ],
+    );
+    assert_eq!(d["durability"], "durable");
+    assert_eq!(d["nodes"], serde_json::json!([]));
+    let mut c = Client::connect(addr).await;
+    for db in [b"11", b"12"] {
+        assert_eq!(c.call(&[b"SELECT", db]).await, ok());
+        let big = random_bytes(5 * MIB + 3, 800);
+        assert_eq!(c.call(&[b"SET", b"big", &big]).await, ok());
+        assert_eq!(c.call(&[b"SET", b"small", b"tiny"]).await, ok());
+        assert_eq!(c.call(&[b"GET", b"big"]).await, Reply::Bulk(Some(big)));
+        assert_eq!(
+            c.call(&[b"GET", b"small"]).await,
+            Reply::Bulk(Some(b"tiny".to_vec()))
+        );
+    }
 }
 
 async fn expiry_in_place(addr: &str) {

@@ -121,6 +121,7 @@ fn forge_chunk(node: &Node, prefix: &[u8]) -> u16 {
                     tenant,
                     key_id: 0,
                     payload: &forged,
+                    durable: true,
                 }]);
                 assert!(res[0].is_ok(), "forged write: {:?}", res[0]);
                 store.close().unwrap();

@@ -51,6 +51,27 @@ pub struct KvPool {
     /// tier's own bound).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ram_bytes: Option<u64>,
+    /// The nodes the pool's values are stored on (empty: any node).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<u64>,
+    /// When a SET is acknowledged.
+    #[serde(default)]
+    pub durability: KvDurability,
+}
+
+/// When a KV pool's write is acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvDurability {
+    /// Once every fragment is on stable media (an S3 PUT's guarantee).
+    #[default]
+    Durable,
+    /// Once every fragment is in the memory of its node's drive (the drive's
+    /// write cache, the host's page cache), each on its own node; made durable
+    /// within a fraction of a second after. A crash of a node loses only what
+    /// erasure coding rebuilds; a power loss of more nodes than the parity in
+    /// that window loses the newest values (a cache's bargain).
+    WriteBack,
 }
 
 /// An object: its attributes and where its bytes are.

@@ -117,6 +117,11 @@ impl App {
         })
     }
 
+    /// The cluster map as this node last applied it.
+    pub(crate) fn cluster_map(&self) -> Arc<cairn_cluster::ClusterMap> {
+        self.node.cluster.map()
+    }
+
     /// The cluster is this node alone (a single-node appliance): its drives are
     /// the cluster's, so `status` can say what its own datapathd says of them.
     fn alone(&self) -> bool {

@@ -4,13 +4,14 @@
 //! figures are this node's.
 
 use crate::admin::{App, Body};
+use crate::cluster::{id_hex, resolve_node};
 use crate::failure::Failure;
 use crate::tenants::{current, find_tenant};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
 use cairn_adminapi::{ErrorKind, KvPoolView, KvStats, NewKvPool};
-use cairn_meta::{BucketRecord, KvPool, MetaStore, Quota, ROOT_TENANT};
+use cairn_meta::{BucketRecord, KvDurability, KvPool, MetaStore, Quota, ROOT_TENANT};
 use cairn_objects::ObjectStore;
 
 /// The tenant a path names; `root` is the root key's.
@@ -40,6 +41,8 @@ fn pool_of(name: &str, b: &BucketRecord) -> Option<KvPool> {
             ttl_ms: None,
             evict: false,
             ram_bytes: None,
+            nodes: Vec::new(),
+            durability: KvDurability::Durable,
         }),
         None => None,
     }
@@ -63,6 +66,8 @@ fn view(store: &ObjectStore, id: &str, b: &BucketRecord) -> Result<Option<KvPool
         ram_capacity: kv.ram_bytes,
         ttl_secs: kv.ttl_ms.map(|ms| (ms / 1000) as u64),
         evict: kv.evict,
+        nodes: kv.nodes.iter().map(|&n| id_hex(n)).collect(),
+        durability: durability_name(kv.durability).into(),
         values: used.objects,
         bytes: used.bytes,
         ram_bytes: ram.bytes,
@@ -103,6 +108,13 @@ fn invalid(msg: String) -> Failure {
     Failure::new(ErrorKind::Invalid, msg)
 }
 
+fn durability_name(d: KvDurability) -> &'static str {
+    match d {
+        KvDurability::Durable => "durable",
+        KvDurability::WriteBack => "write-back",
+    }
+}
+
 /// `POST /v1/tenants/{tenant}/kv/pools`.
 pub(crate) async fn create(
     State(app): State<App>,
@@ -132,6 +144,24 @@ pub(crate) async fn create(
             return Err(invalid(format!("invalid S3 bucket name {b:?}")));
         }
     }
+    let durability = match p.durability.as_str() {
+        "write-back" => KvDurability::WriteBack,
+        "durable" => KvDurability::Durable,
+        d => {
+            return Err(invalid(format!(
+                "invalid durability {d:?}: write-back or durable"
+            )))
+        }
+    };
+    let map = app.cluster_map();
+    let mut nodes = Vec::new();
+    for n in &p.nodes {
+        let id = resolve_node(&map, n).map_err(|e| invalid(e.to_string()))?;
+        if !nodes.contains(&id) {
+            nodes.push(id);
+        }
+    }
+    nodes.sort_unstable();
     if p.capacity == Some(0) || p.ttl_secs == Some(0) || p.ram == Some(0) {
         return Err(invalid("capacity, ram and ttl must be more than 0".into()));
     }
@@ -176,6 +206,8 @@ pub(crate) async fn create(
             ttl_ms: p.ttl_secs.map(|s| s.saturating_mul(1000) as i64),
             evict: p.evict,
             ram_bytes: p.ram,
+            nodes,
+            durability,
         }),
     };
     store.create_bucket_as(t, &bucket, record).await?;

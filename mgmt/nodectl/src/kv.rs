@@ -56,6 +56,14 @@ pub enum PoolCmd {
         /// through S3 and RESP).
         #[arg(long)]
         s3_bucket: Option<String>,
+        /// Store its values only on these nodes (ids or unique id prefixes, as
+        /// `cluster status` lists them, comma-separated); default: any node.
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        /// Acknowledge a write once it is on stable media, not (the default,
+        /// write-back) once it is in the memory of each fragment's node.
+        #[arg(long)]
+        durable: bool,
         #[command(flatten)]
         target: Target,
         #[arg(long)]
@@ -90,7 +98,7 @@ fn line(p: &KvPoolView, rates: Option<(f64, f64)>) -> String {
         n => format!("{:.0}%", 100.0 * p.ram_hits as f64 / n as f64),
     };
     format!(
-        "{:<12} {:<12} db {:<3} {:>8} values {:>9} of {:<9} ram {:>9}{}  hits {:>5}  evicted {} from RAM, {} to make room{}  {}{}",
+        "{:<12} {:<12} db {:<3} {:>8} values {:>9} of {:<9} ram {:>9}{}  hits {:>5}  evicted {} from RAM, {} to make room{}  {}, {}{}{}",
         p.tenant,
         p.name,
         p.index,
@@ -105,6 +113,14 @@ fn line(p: &KvPoolView, rates: Option<(f64, f64)>) -> String {
         p.dropped,
         rates.map_or(String::new(), |(i, o)| format!("  {i:.2} GB/s in, {o:.2} out")),
         if p.evict { "cache" } else { "store" },
+        p.durability,
+        match p.nodes.as_slice() {
+            [] => String::new(),
+            n => format!(
+                ", on {}",
+                n.iter().map(|id| &id[..8.min(id.len())]).collect::<Vec<_>>().join(",")
+            ),
+        },
         match (&p.ttl_secs, p.s3) {
             (Some(t), true) => format!(", ttl {t}s, S3 bucket {}", p.bucket),
             (Some(t), false) => format!(", ttl {t}s"),
@@ -173,6 +189,8 @@ async fn pool(cmd: PoolCmd) -> Result<(), NodectlError> {
             ttl,
             no_evict,
             s3_bucket,
+            nodes,
+            durable,
             target,
             json,
         } => {
@@ -188,6 +206,8 @@ async fn pool(cmd: PoolCmd) -> Result<(), NodectlError> {
                         ttl_secs: ttl,
                         evict: !no_evict,
                         s3_bucket,
+                        nodes,
+                        durability: if durable { "durable" } else { "write-back" }.into(),
                     },
                 )
                 .await?;

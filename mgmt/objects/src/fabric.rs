@@ -211,6 +211,7 @@ fn with_drive(op: Request, local: u16) -> Request {
             tenant,
             key_id,
             payload,
+            durable,
             ..
         } => Request::Put {
             drive: local,
@@ -218,6 +219,7 @@ fn with_drive(op: Request, local: u16) -> Request {
             tenant,
             key_id,
             payload,
+            durable,
         },
         Request::Get { id, tenant, .. } => Request::Get {
             drive: local,

@@ -32,7 +32,7 @@ mod write;
 pub use fabric::{Fabric, Route};
 pub use gc::GcConfig;
 pub use health::DriveHealth;
-pub use placement::{place, Candidates};
+pub use placement::{place, Candidates, Landing};
 pub use ram::{GroupFigures, RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
@@ -427,6 +427,23 @@ impl ObjectStore {
         c
     }
 
+    /// Where data landing as `landing` says may go, and the shape of its
+    /// stripes given the cluster's `(k, m)` (see [`placement::fit`]; copies of
+    /// a replicated extent fit as `k + m` with `k = 1`). Held on one node, its
+    /// drives are the failure domains.
+    pub(crate) fn landing_view(&self, landing: &Landing, (k, m): (u8, u8)) -> (Candidates, u8, u8) {
+        let mut c = self.placement_view();
+        if landing.nodes.is_empty() {
+            return (c, k, m);
+        }
+        c.restrict(&landing.nodes, |d| self.chunks.route(d).map(|r| r.node));
+        if c.open_domains() < 2 {
+            c.by_drive();
+        }
+        let (k, m) = placement::fit(k, m, c.open_domains());
+        (c, k, m)
+    }
+
     pub fn config(&self) -> &StoreConfig {
         &self.cfg
     }
@@ -703,9 +720,10 @@ impl ObjectStore {
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
     {
-        let (bucket, _) = &self.resolve(tenant, bucket).await?;
+        let (bucket, rec) = &self.resolve(tenant, bucket).await?;
+        let md5 = attrs.etag == Etag::Md5;
         let written = self
-            .write(tenant, body, len, MAX_PART_SIZE, attrs.etag == Etag::Md5)
+            .write(tenant, body, len, MAX_PART_SIZE, md5, &Landing::of(rec))
             .await?;
         let etag = match written.md5 {
             Some(md5) => md5,
@@ -976,7 +994,13 @@ impl ObjectStore {
         if part == 0 || part > MAX_PART_NUMBER {
             return Err(ObjectError::InvalidPartNumber(part));
         }
-        let written = self.write(tenant, body, len, MAX_PART_SIZE, true).await?;
+        let landing = match self.meta.bucket(&upload.bucket)? {
+            Some(b) => Landing::of(&b),
+            None => return Err(MetaError::NoSuchBucket(upload.bucket.clone()).into()),
+        };
+        let written = self
+            .write(tenant, body, len, MAX_PART_SIZE, true, &landing)
+            .await?;
         let extent = written.extent.clone();
         let record = PartRecord {
             // A part's ETag is its MD5: the completed object's is made of them.

@@ -7,7 +7,7 @@
 //! drive set staying the same; a change of drive set moves only the stripes whose
 //! ranking it changes.
 
-use cairn_meta::UNPLACED;
+use cairn_meta::{BucketRecord, KvDurability, UNPLACED};
 
 /// A 64-bit mixer (SplitMix64's finaliser): cheap and well distributed.
 fn mix(mut z: u64) -> u64 {
@@ -53,6 +53,67 @@ impl Candidates {
     fn domain(&self, d: u16) -> u32 {
         self.domains.get(d as usize).copied().unwrap_or(d as u32)
     }
+
+    /// Keeps only the drives of `nodes`, given each drive's node.
+    pub fn restrict(&mut self, nodes: &[u64], node_of: impl Fn(u16) -> Option<u64>) {
+        for (d, ok) in self.ok.iter_mut().enumerate() {
+            *ok &= node_of(d as u16).is_some_and(|n| nodes.contains(&n));
+        }
+    }
+
+    /// Distinct failure domains among the drives that may take data.
+    pub fn open_domains(&self) -> usize {
+        let mut doms: Vec<u32> = (0..self.ok.len())
+            .filter(|&d| self.ok[d])
+            .map(|d| self.domain(d as u16))
+            .collect();
+        doms.sort_unstable();
+        doms.dedup();
+        doms.len()
+    }
+
+    /// Makes each drive its own failure domain (data held on one node).
+    pub fn by_drive(&mut self) {
+        self.domains = (0..self.ok.len() as u32).collect();
+    }
+}
+
+/// The stripe shape (k data, m parity fragments) for data kept on `domains`
+/// failure domains when the cluster's is `k`+`m`: unchanged when there are
+/// enough; otherwise as much of the parity as fits beside at least one data
+/// fragment, then as many data fragments as are left (two domains: 1+1, a
+/// mirror). So a bucket held on fewer nodes than a stripe is wide still
+/// survives the loss of one of them, instead of being written short.
+pub fn fit(k: u8, m: u8, domains: usize) -> (u8, u8) {
+    let d = domains.min(255) as u8;
+    if d as usize >= k as usize + m as usize || d < 2 {
+        return (k, m);
+    }
+    let m2 = m.min(d - 1);
+    (k.min(d - m2), m2)
+}
+
+/// Where and how a bucket's new data lands: a KV pool's placement and
+/// durability; the default (any node, durable before acknowledged) otherwise.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Landing {
+    /// The nodes its fragments may go to (empty: any). Repair keeps to them.
+    pub nodes: Vec<u64>,
+    /// Write-back: a write is acknowledged once every fragment is in its drive's
+    /// volatile memory on its node, and made durable within `LAZY_FLUSH` after.
+    pub write_back: bool,
+}
+
+impl Landing {
+    pub fn of(bucket: &BucketRecord) -> Landing {
+        match &bucket.kv {
+            Some(kv) => Landing {
+                nodes: kv.nodes.clone(),
+                write_back: kv.durability == KvDurability::WriteBack,
+            },
+            None => Landing::default(),
+        }
+    }
 }
 
 /// The drives for `width` fragments of one stripe: the best-ranked candidate
@@ -95,6 +156,51 @@ mod tests {
         Candidates {
             ok: ok.to_vec(),
             ..Candidates::uniform(ok.len())
+        }
+    }
+
+    #[test]
+    fn stripes_fit_the_domains_they_are_kept_on() {
+        assert_eq!(fit(4, 2, 6), (4, 2));
+        assert_eq!(fit(4, 2, 9), (4, 2));
+        assert_eq!(fit(4, 2, 5), (3, 2));
+        assert_eq!(fit(4, 2, 3), (1, 2));
+        assert_eq!(fit(2, 1, 2), (1, 1));
+        assert_eq!(fit(4, 0, 2), (2, 0));
+        // One domain: nothing fits better; the caller spreads over drives.
+        assert_eq!(fit(2, 1, 1), (2, 1));
+    }
+
+    #[test]
+    fn restricted_to_nodes() {
+        // Four nodes of two drives; a bucket held on nodes 1 and 2.
+        let node_of = |d: u16| Some(d as u64 / 2);
+        let mut c = Candidates::uniform(8);
+        c.domains = (0..8).map(|d| d / 2).collect();
+        let mut two = c.clone();
+        two.restrict(&[1, 2], node_of);
+        assert_eq!(two.open_domains(), 2);
+        for e in 0..200u128 {
+            let p = place(e, 0, 2, &two);
+            let mut nodes: Vec<u64> = p.iter().map(|&d| node_of(d).unwrap()).collect();
+            nodes.sort();
+            assert_eq!(nodes, vec![1, 2], "one fragment per node: {p:?}");
+        }
+        // One node: its drives become the domains.
+        let mut one = c.clone();
+        one.restrict(&[3], node_of);
+        assert_eq!(one.open_domains(), 1);
+        one.by_drive();
+        assert_eq!(one.open_domains(), 2);
+        let p = place(5, 0, 2, &one);
+        assert!(p.contains(&6) && p.contains(&7), "{p:?}");
+        // Wide enough: nodes stay the domains.
+        c.restrict(&[0, 1, 3], node_of);
+        for e in 0..200u128 {
+            let p = place(e, 0, 3, &c);
+            let mut nodes: Vec<u64> = p.iter().map(|&d| node_of(d).unwrap()).collect();
+            nodes.sort();
+            assert_eq!(nodes, vec![0, 1, 3], "{p:?}");
         }
     }
 

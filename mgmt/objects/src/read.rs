@@ -429,6 +429,7 @@ impl Reader {
                     tenant,
                     key_id: 0,
                     payload,
+                    durable: true,
                 })
                 .collect();
             match chunks.call(ops).await {

@@ -14,7 +14,7 @@
 //! an orphan chunk.
 
 use crate::read::check_fragment;
-use crate::{chunk_id, Candidates, ObjectError, ObjectStore};
+use crate::{chunk_id, Candidates, Landing, ObjectError, ObjectStore};
 use bytes::Bytes;
 use cairn_adminapi::ProtectionReport;
 use cairn_chunkproto::{Reply, Request};
@@ -174,16 +174,16 @@ impl ObjectStore {
         mine: &(dyn Fn(&str, &str) -> bool + Sync),
     ) -> Result<RepairPass, ObjectError> {
         let mut pass = RepairPass::default();
-        let mut tenants: HashMap<String, Option<u64>> = HashMap::new();
+        let mut buckets = HashMap::new();
         for (bucket, key, rec) in self.meta.all_objects()? {
             if !mine(&bucket, &key) {
                 continue;
             }
-            let Some(tenant) = self.tenant_of(&mut tenants, &bucket)? else {
+            let Some((tenant, landing)) = self.bucket_of(&mut buckets, &bucket)? else {
                 continue;
             };
             if let Err(e) = self
-                .repair_object(tenant, &bucket, &key, &rec, gone, &mut pass)
+                .repair_object(tenant, &landing, &bucket, &key, &rec, gone, &mut pass)
                 .await
             {
                 tracing::warn!(%bucket, %key, "repair deferred: {e}");
@@ -196,30 +196,35 @@ impl ObjectStore {
         Ok(pass)
     }
 
-    /// The tenant owning `bucket` (`None`: the bucket is gone), cached for a pass.
-    pub(crate) fn tenant_of(
+    /// The tenant owning `bucket` and where its data lands (`None`: the bucket
+    /// is gone), cached for a pass.
+    pub(crate) fn bucket_of(
         &self,
-        cache: &mut HashMap<String, Option<u64>>,
+        cache: &mut HashMap<String, Option<(u64, Landing)>>,
         bucket: &str,
-    ) -> Result<Option<u64>, ObjectError> {
+    ) -> Result<Option<(u64, Landing)>, ObjectError> {
         if let Some(t) = cache.get(bucket) {
-            return Ok(*t);
+            return Ok(t.clone());
         }
-        let t = self.meta.bucket(bucket)?.map(|b| b.tenant);
-        cache.insert(bucket.to_string(), t);
+        let t = self
+            .meta
+            .bucket(bucket)?
+            .map(|b| (b.tenant, Landing::of(&b)));
+        cache.insert(bucket.to_string(), t.clone());
         Ok(t)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn repair_object(
         &self,
         tenant: u64,
+        landing: &Landing,
         bucket: &str,
         key: &str,
         rec: &ObjectRecord,
         gone: &(dyn Fn(u16) -> FragmentState + Sync),
         pass: &mut RepairPass,
     ) -> Result<(), ObjectError> {
-        let candidates = self.placement_view();
         for e in &rec.extents {
             // Before any fragment is written: the commit must say when they were.
             let written_in = self.gc_epoch()?;
@@ -227,10 +232,13 @@ impl ObjectStore {
             let mut stale = Vec::new();
             match &e.layout {
                 Layout::Replicated { drives, .. } => {
+                    let (candidates, _, _) = self.landing_view(landing, (1, 0));
                     // Copies short of the protection (written while domains were
-                    // down) are filled in as "lost" positions past the end.
+                    // down) are filled in as "lost" positions past the end; a
+                    // bucket kept on chosen nodes keeps the copies it was written
+                    // with (fitted to those nodes).
                     let mut drives = drives.clone();
-                    while drives.len() < self.cfg.replicas as usize {
+                    while landing.nodes.is_empty() && drives.len() < self.cfg.replicas as usize {
                         drives.push(UNPLACED);
                     }
                     let states: Vec<FragmentState> = drives
@@ -279,6 +287,7 @@ impl ObjectStore {
                 }
                 Layout::Erasure { k, m, stripes, .. } => {
                     let codec = self.codecs.get(*k, *m)?;
+                    let (candidates, _, _) = self.landing_view(landing, (*k, *m));
                     for (s, st) in stripes.iter().enumerate() {
                         let s = s as u32;
                         let states: Vec<FragmentState> = st
@@ -471,6 +480,7 @@ impl ObjectStore {
                 tenant,
                 key_id: 0,
                 payload: data.clone(),
+                durable: true,
             }])
             .await?;
         if !matches!(put.first(), Some(Ok(_))) {

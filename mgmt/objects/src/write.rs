@@ -2,7 +2,7 @@
 
 use crate::sealing::{self, Sealer};
 use crate::Fabric;
-use crate::{chunk_id, place, Candidates, Codecs, ObjectError, ObjectStore, Written};
+use crate::{chunk_id, place, Codecs, Landing, ObjectError, ObjectStore, Written};
 use bytes::{Bytes, BytesMut};
 use cairn_chunkproto::{FailureCode, Request};
 use cairn_envelope::DataKey;
@@ -82,9 +82,10 @@ where
 }
 
 impl ObjectStore {
-    /// Stores a body as a new extent; returns it once every fragment that will be
-    /// acknowledged is durable. Nothing references the extent until the caller
-    /// commits a manifest. The body's MD5 is computed only when `md5` is set.
+    /// Stores a body as a new extent where `landing` says; returns it once every
+    /// fragment that will be acknowledged is durable (write-back: held by its
+    /// drive). Nothing references the extent until the caller commits a
+    /// manifest. The body's MD5 is computed only when `md5` is set.
     pub async fn write<S, E>(
         &self,
         tenant: u64,
@@ -92,6 +93,7 @@ impl ObjectStore {
         len: Option<u64>,
         max: u64,
         md5: bool,
+        landing: &Landing,
     ) -> Result<Written, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
@@ -122,7 +124,6 @@ impl ObjectStore {
             inflight: VecDeque::new(),
             armed: true,
         };
-        let candidates = self.placement_view();
         let small = self.cfg.small_object;
         let mut buf = BytesMut::with_capacity(match len {
             Some(l) if l as usize <= small => l as usize,
@@ -132,11 +133,11 @@ impl ObjectStore {
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
         let mut extent = if buf.len() <= small && body.done {
-            self.write_replicated(&mut unfinished, buf, sealer.as_ref(), &candidates)
+            self.write_replicated(&mut unfinished, buf, sealer.as_ref(), landing)
                 .await?
         } else {
             let key = sealer.as_ref().map(|s| (s.key.clone(), s.sealed.key_id));
-            self.write_erasure(&mut unfinished, &mut body, buf, key, &candidates)
+            self.write_erasure(&mut unfinished, &mut body, buf, key, landing)
                 .await?
         };
         extent.sealed = sealer.map(|s| s.sealed);
@@ -154,7 +155,7 @@ impl ObjectStore {
         unfinished: &mut Unfinished,
         mut data: BytesMut,
         sealer: Option<&Sealer>,
-        candidates: &Candidates,
+        landing: &Landing,
     ) -> Result<Extent, ObjectError> {
         let (tenant, id) = (unfinished.tenant, unfinished.id);
         // Held until the copies are written (the task is joined below).
@@ -165,8 +166,10 @@ impl ObjectStore {
         }
         let key_id = sealer.map_or(0, |s| s.sealed.key_id);
         let data = data.freeze();
-        let copies = self.cfg.replicas as usize;
-        let drives = place(id, 0, copies, candidates);
+        let replicas = self.cfg.replicas.max(1);
+        let (candidates, _, extra) = self.landing_view(landing, (1, replicas - 1));
+        let copies = 1 + extra as usize;
+        let drives = place(id, 0, copies, &candidates);
         let quorum = copies.min(2);
         let cid = chunk_id(id, 0, 0);
         let targets: Vec<u16> = drives.iter().copied().filter(|&d| d != UNPLACED).collect();
@@ -178,6 +181,7 @@ impl ObjectStore {
                 tenant,
                 key_id,
                 payload: data.clone(),
+                durable: !landing.write_back,
             })
             .collect();
         // Every copy is chunk 0 of "stripe 0", one per drive.
@@ -223,13 +227,14 @@ impl ObjectStore {
         body: &mut Body<S>,
         mut buf: BytesMut,
         key: Option<(Arc<DataKey>, u32)>,
-        candidates: &Candidates,
+        landing: &Landing,
     ) -> Result<Extent, ObjectError>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
         E: std::fmt::Display,
     {
-        let (k, m) = self.cfg.ec;
+        let (candidates, k, m) = &self.landing_view(landing, self.cfg.ec);
+        let (k, m) = (*k, *m);
         let stripe_bytes = k as usize * self.cfg.shard_size;
         // A stripe must have every data fragment and at least one parity fragment
         // durable before it counts: fewer would be acknowledged without redundancy.
@@ -263,6 +268,7 @@ impl ObjectStore {
                 m,
                 quorum,
                 drives,
+                durable: !landing.write_back,
             };
             unfinished.inflight.push_back(tokio::spawn(job.run(data)));
             index += 1;
@@ -392,6 +398,8 @@ struct StripeJob {
     m: u8,
     quorum: usize,
     drives: Vec<u16>,
+    /// False: a write-back put (see `Landing::write_back`).
+    durable: bool,
 }
 
 impl StripeJob {
@@ -446,6 +454,7 @@ impl StripeJob {
                 tenant: self.tenant,
                 key_id: self.key.as_ref().map_or(0, |(_, id)| *id),
                 payload,
+                durable: self.durable,
             });
         }
         let (acked, full) = put_all(&self.chunks, &self.health, &targets, ops).await?;

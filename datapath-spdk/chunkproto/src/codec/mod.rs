@@ -103,6 +103,8 @@ const OP_DRIVE_INFO: u8 = 6;
 const OP_DRIVE_DETAILS: u8 = 7;
 const OP_LIST_VERSIONS: u8 = 8;
 const OP_DELETE_VERSION: u8 = 9;
+/// A put acknowledged before it is durable (see `Request::Put`).
+const OP_PUT_WRITE_BACK: u8 = 10;
 
 /// Tags of the `DriveDetails` reply's fields.
 const TAG_BACKEND: u8 = 1;

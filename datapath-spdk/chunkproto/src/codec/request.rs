@@ -28,8 +28,9 @@ pub fn encode_request_batch(request_id: u64, ops: &[Request]) -> Result<Vec<Byte
                 tenant,
                 key_id,
                 payload,
+                durable,
             } => {
-                head.put_u8(OP_PUT);
+                head.put_u8(if *durable { OP_PUT } else { OP_PUT_WRITE_BACK });
                 head.put_u16_le(*drive);
                 head.put_slice(&id.0);
                 head.put_u64_le(*tenant);
@@ -109,7 +110,7 @@ pub(super) fn decode_request(r: &mut Reader) -> Result<Request, ProtoError> {
     let op = r.u8()?;
     let drive = r.u16()?;
     Ok(match op {
-        OP_PUT => {
+        OP_PUT | OP_PUT_WRITE_BACK => {
             let id = r.id()?;
             let tenant = r.u64()?;
             let key_id = r.u32()?;
@@ -121,6 +122,7 @@ pub(super) fn decode_request(r: &mut Reader) -> Result<Request, ProtoError> {
                 tenant,
                 key_id,
                 payload,
+                durable: op == OP_PUT,
             }
         }
         OP_GET => Request::Get {

@@ -21,6 +21,7 @@ fn sample_requests() -> Vec<Request> {
             tenant: 9,
             key_id: 3,
             payload: Bytes::from(vec![0xab; 5000]),
+            durable: true,
         },
         Request::Get {
             drive: 1,

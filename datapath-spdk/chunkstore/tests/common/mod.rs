@@ -84,6 +84,7 @@ pub fn put(s: &mut ChunkStore, n: u128, len: usize) {
         tenant: 1,
         key_id: 0,
         payload: &d,
+        durable: true,
     }]);
     assert_eq!(r[0].as_ref().unwrap(), &WriteOutcome::Put);
 }
@@ -119,6 +120,7 @@ pub fn try_put(s: &mut ChunkStore, n: u128, len: usize) -> Result<WriteOutcome, 
         tenant: 1,
         key_id: 0,
         payload: &d,
+        durable: true,
     }])
     .pop()
     .unwrap()
@@ -142,6 +144,7 @@ pub fn put_ops<'a>(ns: &[u128], ds: &'a [Vec<u8>]) -> Vec<WriteOp<'a>> {
             tenant: 1,
             key_id: 0,
             payload: d,
+            durable: true,
         })
         .collect()
 }

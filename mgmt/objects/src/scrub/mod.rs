@@ -211,7 +211,7 @@ impl ObjectStore {
         };
         let own = self.chunks.own_drives();
         let mut buckets: Vec<String> = Vec::new();
-        let mut tenants: HashMap<String, Option<u64>> = HashMap::new();
+        let mut tenants = HashMap::new();
         let mut pacer = Pacer::new(self.scrub.cfg.rate, self.counters.clone());
         let mut after: Option<(String, String)> = None;
         loop {
@@ -223,7 +223,7 @@ impl ObjectStore {
             let mut checks = Vec::new();
             for (bucket, key, rec) in page {
                 pass.objects += 1;
-                let Some(tenant) = self.tenant_of(&mut tenants, &bucket)? else {
+                let Some((tenant, _)) = self.bucket_of(&mut tenants, &bucket)? else {
                     continue;
                 };
                 if buckets.last() != Some(&bucket) {
