@@ -41,7 +41,8 @@
 #             lengths; an unterminated SET then close (not applied)
 #  placement  a pool on nodes 1 and 2 (kv pool create --nodes, write-back): SETs via
 #             node 3 add no chunk to node 3's drives; byte-exact via every node, and
-#             via nodes 1 and 3 with node 2 killed -9 and kept down
+#             via nodes 1 and 3 with node 2 killed -9 and kept down, when a SET
+#             into the pool is refused (-ERR) and stores nothing
 #  nodeloss   20 acknowledged SETs via node 1, node 3 killed -9 and kept down
 #             (`nodectl dev stop 3 --kill`: dev up restarts a bare kill -9 within a
 #             second), all read byte-exact via nodes 1 and 2, a DEL via node 2 seen

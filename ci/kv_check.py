@@ -1076,7 +1076,8 @@ def sec_placement(c):
     """A pool held on nodes 1 and 2 (`kv pool create --nodes`, write-back by default):
     values SET through node 3 add no chunk to node 3's drives and land on 1 and 2,
     read byte-exact through every node; with node 2 killed -9 and kept down they
-    still read through nodes 1 and 3 (the stripes fit two nodes as 1+1 mirrors)."""
+    still read through nodes 1 and 3 (the stripes fit two nodes as 1+1 mirrors), and
+    a SET into the pool is refused (its stripes need both nodes)."""
     def node_json(k, *args):
         return json.loads(sh(c.a.nodectl, *args, "--data", c.a.data, "--node", str(k), "--json"))
     ids = {k: node_json(k, "cluster", "status")["this_node"] for k in (1, 2, 3)}
@@ -1114,6 +1115,13 @@ def sec_placement(c):
             R.ok(f"node 2 killed -9 and down: all 12 byte-exact through node {node}", not bad,
                  f"{len(bad)} wrong, e.g. {bad[:1]}")
             cn.close()
+        # Its stripes need both of its nodes: a write is refused, not kept on one.
+        cn = Conn(c.resp[1], auth=(f"{c.key}/{pool}", c.secret))
+        got = cn.cmd("SET", f"{pool}:while-down", os.urandom(2 * MIB))
+        R.ok("node 2 down: a SET into the pool is refused with an error", got.startswith(b"-ERR"),
+             short(got))
+        R.eq("... and nothing was stored under its key", cn.cmd("GET", f"{pool}:while-down"), b"$-1\r\n")
+        cn.close()
     finally:
         sh(c.a.nodectl, "dev", "start", "2", "--data", c.a.data)
     t = time.time()

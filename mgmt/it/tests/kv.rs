@@ -479,6 +479,38 @@ async fn expiry_in_place(addr: &str) {
     assert_eq!(c.call(&[b"SET", b"p", b"v"]).await, ok());
     assert_eq!(c.int(&[b"EXPIREAT", b"p", b"1000"]).await, 1);
     assert_eq!(c.int(&[b"EXISTS", b"p"]).await, 0);
+    // SET's absolute expiries and KEEPTTL, as Redis has them.
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 100;
+    let at = at.to_string();
+    assert_eq!(
+        c.call(&[b"SET", b"t", b"1", b"EXAT", at.as_bytes()]).await,
+        ok()
+    );
+    assert!((98..=100).contains(&c.int(&[b"TTL", b"t"]).await));
+    assert_eq!(c.call(&[b"SET", b"t", b"2", b"KEEPTTL"]).await, ok());
+    assert!((98..=100).contains(&c.int(&[b"TTL", b"t"]).await), "kept");
+    assert_eq!(
+        c.call(&[b"GET", b"t"]).await,
+        Reply::Bulk(Some(b"2".to_vec()))
+    );
+    assert_eq!(c.call(&[b"SET", b"t", b"3"]).await, ok());
+    assert_eq!(c.int(&[b"TTL", b"t"]).await, -1, "a plain SET drops it");
+    assert_eq!(c.call(&[b"SET", b"t", b"4", b"KEEPTTL"]).await, ok());
+    assert_eq!(c.int(&[b"TTL", b"t"]).await, -1, "none kept");
+    assert_eq!(
+        c.call(&[b"SET", b"t", b"5", b"KEEPTTL", b"EX", b"5"]).await,
+        Reply::Error("ERR syntax error".into())
+    );
+    assert_eq!(c.call(&[b"SET", b"t", b"6", b"PXAT", b"1000"]).await, ok());
+    assert_eq!(
+        c.call(&[b"GET", b"t"]).await,
+        Reply::Bulk(None),
+        "set expired"
+    );
 }
 
 async fn scan(addr: &str) {

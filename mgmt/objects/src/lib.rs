@@ -429,18 +429,21 @@ impl ObjectStore {
 
     /// Where data landing as `landing` says may go, and the shape of its
     /// stripes given the cluster's `(k, m)` (see [`placement::fit`]; copies of
-    /// a replicated extent fit as `k + m` with `k = 1`). Held on one node, its
+    /// a replicated extent fit as `k + m` with `k = 1`). The shape fits the
+    /// chosen nodes, up or not: with one of them down a write is short of a
+    /// fragment like any other, and is refused below its quorum rather than
+    /// written with less redundancy than the pool has. Held on one node, its
     /// drives are the failure domains.
     pub(crate) fn landing_view(&self, landing: &Landing, (k, m): (u8, u8)) -> (Candidates, u8, u8) {
         let mut c = self.placement_view();
         if landing.nodes.is_empty() {
             return (c, k, m);
         }
-        c.restrict(&landing.nodes, |d| self.chunks.route(d).map(|r| r.node));
-        if c.open_domains() < 2 {
+        let theirs = c.restrict(&landing.nodes, |d| self.chunks.route(d).map(|r| r.node));
+        if c.domains_of(&theirs) < 2 {
             c.by_drive();
         }
-        let (k, m) = placement::fit(k, m, c.open_domains());
+        let (k, m) = placement::fit(k, m, c.domains_of(&theirs));
         (c, k, m)
     }
 

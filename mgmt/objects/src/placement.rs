@@ -54,22 +54,34 @@ impl Candidates {
         self.domains.get(d as usize).copied().unwrap_or(d as u32)
     }
 
-    /// Keeps only the drives of `nodes`, given each drive's node.
-    pub fn restrict(&mut self, nodes: &[u64], node_of: impl Fn(u16) -> Option<u64>) {
+    /// Keeps only the drives of `nodes`, given each drive's node. Returns the
+    /// drives of those nodes, whether or not they may take data now.
+    pub fn restrict(&mut self, nodes: &[u64], node_of: impl Fn(u16) -> Option<u64>) -> Vec<u16> {
+        let mut theirs = Vec::new();
         for (d, ok) in self.ok.iter_mut().enumerate() {
-            *ok &= node_of(d as u16).is_some_and(|n| nodes.contains(&n));
+            let on = node_of(d as u16).is_some_and(|n| nodes.contains(&n));
+            *ok &= on;
+            if on {
+                theirs.push(d as u16);
+            }
         }
+        theirs
+    }
+
+    /// Distinct failure domains of `drives`.
+    pub fn domains_of(&self, drives: &[u16]) -> usize {
+        let mut doms: Vec<u32> = drives.iter().map(|&d| self.domain(d)).collect();
+        doms.sort_unstable();
+        doms.dedup();
+        doms.len()
     }
 
     /// Distinct failure domains among the drives that may take data.
     pub fn open_domains(&self) -> usize {
-        let mut doms: Vec<u32> = (0..self.ok.len())
-            .filter(|&d| self.ok[d])
-            .map(|d| self.domain(d as u16))
+        let open: Vec<u16> = (0..self.ok.len() as u16)
+            .filter(|&d| self.ok[d as usize])
             .collect();
-        doms.sort_unstable();
-        doms.dedup();
-        doms.len()
+        self.domains_of(&open)
     }
 
     /// Makes each drive its own failure domain (data held on one node).
@@ -178,8 +190,14 @@ mod tests {
         let mut c = Candidates::uniform(8);
         c.domains = (0..8).map(|d| d / 2).collect();
         let mut two = c.clone();
-        two.restrict(&[1, 2], node_of);
+        assert_eq!(two.restrict(&[1, 2], node_of), vec![2, 3, 4, 5]);
         assert_eq!(two.open_domains(), 2);
+        two.ok[2] = false;
+        two.ok[3] = false;
+        assert_eq!(two.open_domains(), 1, "node 1 down");
+        assert_eq!(two.domains_of(&[2, 3, 4, 5]), 2, "still its two nodes");
+        two.ok[2] = true;
+        two.ok[3] = true;
         for e in 0..200u128 {
             let p = place(e, 0, 2, &two);
             let mut nodes: Vec<u64> = p.iter().map(|&d| node_of(d).unwrap()).collect();

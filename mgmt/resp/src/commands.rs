@@ -5,6 +5,7 @@ use crate::expiry::{self, expired, expiry};
 use crate::pools::{Pool, Which};
 use crate::reply::{arity, array, bulk, error, int, nil, ok};
 use crate::shared::{Shared, Stats};
+use crate::write::Expiry;
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
 use cairn_meta::{MetaError, ObjectRecord, Precondition};
@@ -196,8 +197,14 @@ impl Session {
                 }
                 // One object per key, committed in order; not atomic across keys.
                 for kv in a.chunks(2) {
-                    self.put(tenant, &kv[0], kv[1].clone(), None, Precondition::default())
-                        .await?;
+                    self.put(
+                        tenant,
+                        &kv[0],
+                        kv[1].clone(),
+                        Expiry::Default,
+                        Precondition::default(),
+                    )
+                    .await?;
                 }
                 ok(w).await?;
             }

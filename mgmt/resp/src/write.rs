@@ -9,6 +9,17 @@ use cairn_meta::{MetaError, Precondition};
 use cairn_objects::{Etag, ObjectAttrs, ObjectError};
 use tokio::io::AsyncWrite;
 
+/// When a written value expires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    /// The pool's default expiry, if it has one.
+    Default,
+    /// At this Unix time in ms.
+    At(i64),
+    /// Never (KEEPTTL of a value without one).
+    Never,
+}
+
 impl Session {
     pub(crate) async fn set<W: AsyncWrite + Unpin>(
         &self,
@@ -18,15 +29,18 @@ impl Session {
         opts: &[Bytes],
         w: &mut W,
     ) -> Result<(), RespError> {
-        let mut ttl_ms: Option<i64> = None;
+        let mut expires = Expiry::Default;
+        let mut keep_ttl = false;
         let mut cond = Precondition::default();
         let mut i = 0;
         while i < opts.len() {
             let o = opts[i].to_ascii_uppercase();
+            let timed = expires != Expiry::Default || keep_ttl;
             match o.as_slice() {
                 b"NX" if cond.if_match.is_none() => cond.if_none_match_any = true,
                 b"XX" if !cond.if_none_match_any => cond.if_match = Some("*".into()),
-                b"EX" | b"PX" if ttl_ms.is_none() && i + 1 < opts.len() => {
+                b"KEEPTTL" if !timed => keep_ttl = true,
+                b"EX" | b"PX" | b"EXAT" | b"PXAT" if !timed && i + 1 < opts.len() => {
                     let n = std::str::from_utf8(&opts[i + 1])
                         .ok()
                         .and_then(|s| s.parse::<i64>().ok())
@@ -34,7 +48,12 @@ impl Session {
                     let Some(n) = n else {
                         return error(w, "ERR invalid expire time in 'set' command").await;
                     };
-                    ttl_ms = Some(if o == b"EX" { n * 1000 } else { n });
+                    expires = Expiry::At(match o.as_slice() {
+                        b"EX" => now().saturating_add(n * 1000),
+                        b"PX" => now().saturating_add(n),
+                        b"EXAT" => n * 1000,
+                        _ => n,
+                    });
                     i += 1;
                 }
                 _ => return error(w, "ERR syntax error").await,
@@ -43,20 +62,32 @@ impl Session {
         }
         // An expired key is no key, for NX and XX too, though its object may
         // not be deleted yet: NX replaces exactly that expired write, XX fails.
-        if cond.if_none_match_any || cond.if_match.is_some() {
+        // KEEPTTL keeps the expiry of a live value it replaces.
+        if cond.if_none_match_any || cond.if_match.is_some() || keep_ttl {
             let found = self
                 .lookup_raw(tenant, &[Bytes::copy_from_slice(key)])
                 .await?
                 .pop()
                 .flatten();
-            if let Some(r) = found.filter(|r| expired(r, now())) {
-                if cond.if_match.is_some() {
-                    return nil(w).await;
+            match found {
+                Some(r) if expired(&r, now()) => {
+                    if cond.if_match.is_some() {
+                        return nil(w).await;
+                    }
+                    if cond.if_none_match_any {
+                        cond = expiry::this_write(&r);
+                    }
                 }
-                cond = expiry::this_write(&r);
+                Some(r) if keep_ttl => {
+                    expires = match expiry::expiry(&r) {
+                        Some(at) => Expiry::At(at),
+                        None => Expiry::Never,
+                    }
+                }
+                _ => {}
             }
         }
-        match self.put(tenant, key, value, ttl_ms, cond).await {
+        match self.put(tenant, key, value, expires, cond).await {
             Ok(()) => ok(w).await,
             // NX on a present key, XX on a missing one: Redis answers nil.
             Err(RespError::Objects(ObjectError::Meta(
@@ -66,15 +97,16 @@ impl Session {
         }
     }
 
-    /// Stores one value as the object of `key`, creating the tenant's bucket on
-    /// its first write. The value is already one buffer: it is handed over as a
-    /// one-item stream, not copied.
+    /// Stores one value as the object of `key`, expiring as `expires` says,
+    /// creating the tenant's
+    /// bucket on its first write. The value is already one buffer: it is handed
+    /// over as a one-item stream, not copied.
     pub(crate) async fn put(
         &self,
         tenant: u64,
         key: &[u8],
         value: Bytes,
-        ttl_ms: Option<i64>,
+        expires: Expiry,
         cond: Precondition,
     ) -> Result<(), RespError> {
         let bucket = self.pool.bucket.clone();
@@ -93,11 +125,16 @@ impl Session {
             etag: Etag::Write,
             ..Default::default()
         };
-        let ttl_ms = ttl_ms.or(self.pool.kv.as_ref().and_then(|k| k.ttl_ms));
-        if let Some(ms) = ttl_ms {
-            attrs
-                .user_meta
-                .insert(EXPIRES.into(), (now().saturating_add(ms)).to_string());
+        let at = match expires {
+            Expiry::At(at) => Some(at),
+            Expiry::Never => None,
+            Expiry::Default => {
+                let ttl = self.pool.kv.as_ref().and_then(|k| k.ttl_ms);
+                ttl.map(|ms| now().saturating_add(ms))
+            }
+        };
+        if let Some(at) = at {
+            attrs.user_meta.insert(EXPIRES.into(), at.to_string());
         }
         let len = value.len() as u64;
         self.store.ram().count_traffic(&self.pool.id, len, 0);
