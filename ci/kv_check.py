@@ -1137,6 +1137,23 @@ def sec_placement(c):
     R.ok(f"node 2 back ({time.time() - t:.1f} s): all 12 byte-exact through it", not bad, f"{len(bad)} wrong")
     n2.close()
     sh(c.a.nodectl, "kv", "pool", "delete", "root", pool, "--data", c.a.data)
+    wait_writable(c, "node 2 back")
+
+
+def wait_writable(c, why):
+    """Until a SET through node 1 into database 0 (stripes on all three nodes)
+    succeeds: a node answering PING again is not yet back in its peers' view, and
+    a write needs k+1 fragments on distinct nodes."""
+    t = time.time()
+    cn = c.conn(1)
+    probe = f"probe-{RUN}"
+    got = cn.cmd("SET", probe, os.urandom(3 * MIB))
+    while got != b"+OK\r\n" and time.time() - t < 60:
+        time.sleep(0.5)
+        got = cn.cmd("SET", probe, os.urandom(3 * MIB))
+    R.eq(f"{why}: writes on all nodes again ({time.time() - t:.1f} s)", got, b"+OK\r\n")
+    cn.cmd("DEL", probe)
+    cn.close()
 
 
 # ---------------------------------------------------------------- main
