@@ -123,8 +123,14 @@ impl ObjectStore {
         gone: &(dyn Fn(u16) -> FragmentState + Sync),
     ) -> Result<ProtectionReport, ObjectError> {
         let mut r = ProtectionReport::default();
-        for (_, _, rec) in self.meta.all_objects()? {
+        let mut buckets = HashMap::new();
+        for (bucket, _, rec) in self.meta.all_objects()? {
             r.objects += 1;
+            // A bucket kept on chosen nodes has the copies that fit them (as
+            // repair keeps them), not the cluster's count.
+            let chosen = self
+                .bucket_of(&mut buckets, &bucket)?
+                .is_some_and(|(_, landing)| !landing.nodes.is_empty());
             let mut degraded = false;
             let mut lost = false;
             for e in &rec.extents {
@@ -140,7 +146,7 @@ impl ObjectStore {
                 let (width, tolerate) = match &e.layout {
                     Layout::Replicated { drives, .. } => {
                         let short = (self.cfg.replicas as usize).saturating_sub(drives.len());
-                        if short > 0 {
+                        if short > 0 && !chosen {
                             degraded = true;
                             r.fragments_missing += short as u64;
                         }
