@@ -128,3 +128,66 @@ fn a_single_node_is_node_1_of_the_same_dev_json() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// What a new user meets first: a banner whose commands work as printed (the
+/// nodectl they ran, not one assumed on PATH; `s3 mb` only on the data's first
+/// start, since it fails once the bucket exists), logs without colour codes, and
+/// an S3 error with a message and a request id, not logged as an ERROR.
+#[test]
+fn a_new_users_first_minutes() {
+    use std::io::{Read, Write};
+    let mut up = DevUp::start(2);
+    let first = up.log();
+    let me = bin("nodectl").display().to_string();
+    assert!(
+        first.contains(&format!("{me} status --data")),
+        "the banner names the nodectl that ran:\n{first}"
+    );
+    assert!(first.contains("s3 mb s3://demo"), "{first}");
+    // An unknown access key: the error says so in words, with the request's id.
+    let mut s = std::net::TcpStream::connect(up.s3).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let date = "20260101T000000Z";
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {}\r\nx-amz-date: {date}\r\n\
+         x-amz-content-sha256: UNSIGNED-PAYLOAD\r\nAuthorization: AWS4-HMAC-SHA256 \
+         Credential=AKNOBODY0000/20260101/us-east-1/s3/aws4_request, \
+         SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={}\r\n\
+         Connection: close\r\n\r\n",
+        up.s3,
+        "0".repeat(64)
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 4"), "{answer}");
+    assert!(
+        answer.to_lowercase().contains("x-amz-request-id: "),
+        "{answer}"
+    );
+    let message = answer
+        .split_once("<Message>")
+        .and_then(|(_, m)| m.split_once("</Message>"))
+        .map(|(m, _)| m.to_string())
+        .unwrap_or_default();
+    assert!(message.len() > 10, "a message in words: {answer}");
+    let logs = up.data().join("logs");
+    for name in ["mgmtd.log", "datapathd.log"] {
+        let text = std::fs::read_to_string(logs.join(name)).unwrap();
+        assert!(!text.contains('\x1b'), "{name} carries escape codes");
+        if name == "mgmtd.log" {
+            assert!(
+                !text.contains("ERROR"),
+                "a client's mistake is not the server's error:\n{text}"
+            );
+        }
+    }
+    up.restart();
+    let again = up.log();
+    let second = &again[first.len()..];
+    assert!(
+        second.contains("s3 ls") && !second.contains("s3 mb"),
+        "a restart suggests what works again:\n{second}"
+    );
+}

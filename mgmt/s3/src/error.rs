@@ -115,3 +115,42 @@ fn internal(e: impl std::fmt::Display) -> S3Error {
     tracing::error!("internal error: {e}");
     s3_error!(InternalError, "internal error")
 }
+
+/// AWS's message for an error code, for errors raised without one (by s3s's
+/// parser and signature checks: without it, clients print "Unknown").
+pub(crate) fn default_message(code: &str) -> &'static str {
+    match code {
+        "AccessDenied" => "Access Denied",
+        "AuthorizationHeaderMalformed" => "The authorization header you provided is invalid.",
+        "BadDigest" => "The Content-MD5 or checksum value that you specified did not match what the server received.",
+        "BucketNotEmpty" => "The bucket you tried to delete is not empty",
+        "EntityTooLarge" => "Your proposed upload exceeds the maximum allowed size",
+        "EntityTooSmall" => "Your proposed upload is smaller than the minimum allowed object size.",
+        "IncompleteBody" => "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+        "InternalError" => "We encountered an internal error. Please try again.",
+        "InvalidAccessKeyId" => "The AWS access key Id you provided does not exist in our records.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidBucketName" => "The specified bucket is not valid.",
+        "InvalidDigest" => "The Content-MD5 you specified is not valid.",
+        "InvalidPart" => "One or more of the specified parts could not be found. The part might not have been uploaded, or the specified entity tag might not have matched the part's entity tag.",
+        "InvalidPartOrder" => "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+        "InvalidRange" => "The requested range is not satisfiable",
+        "InvalidRequest" => "Invalid Request",
+        "InvalidURI" => "Couldn't parse the specified URI.",
+        "KeyTooLongError" => "Your key is too long",
+        "MalformedXML" => "The XML you provided was not well-formed or did not validate against our published schema.",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "NoSuchBucket" => "The specified bucket does not exist",
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchUpload" => "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+        "NotImplemented" => "A header you provided implies functionality that is not implemented.",
+        "PreconditionFailed" => "At least one of the preconditions you specified did not hold.",
+        "RequestTimeTooSkewed" => "The difference between the request time and the current time is too large.",
+        "ServiceUnavailable" => "Please reduce your request rate.",
+        "SignatureDoesNotMatch" => "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+        "SlowDown" => "Please reduce your request rate.",
+        "XAmzContentSHA256Mismatch" => "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        _ => "The request could not be carried out.",
+    }
+}

@@ -103,6 +103,7 @@ async fn guarded(
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
     let is_head = req.method() == http::Method::HEAD;
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
     let mut resp = match refused(&req) {
         Some(resp) => resp,
         None => match sized(req.map(guard::GuardedBody::new)).await {
@@ -121,10 +122,18 @@ async fn guarded(
     let (id, id2) = request_ids(resp.headers_mut());
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
     if resp.status().as_u16() >= 400 {
+        log_error(&id, &method, &path, &resp);
         if let Some(xml) = resp.body().bytes() {
             if let Some(at) = xml.windows(8).rposition(|w| w == b"</Error>") {
-                let mut with = Vec::with_capacity(xml.len() + 128);
+                let mut with = Vec::with_capacity(xml.len() + 256);
                 with.extend_from_slice(&xml[..at]);
+                // An error raised without a message gets AWS's for its code.
+                if !xml.windows(9).any(|w| w == b"<Message>") {
+                    let code = xml_tag(&xml, "Code");
+                    with.extend_from_slice(
+                        format!("<Message>{}</Message>", error::default_message(&code)).as_bytes(),
+                    );
+                }
                 with.extend_from_slice(
                     format!("<RequestId>{id}</RequestId><HostId>{id2}</HostId>").as_bytes(),
                 );
@@ -217,6 +226,33 @@ fn error_response(status: http::StatusCode, code: &str, message: &str) -> s3s::H
 /// log and surface them (`request_id()`), and support asks for them. Random per
 /// request; Cairn keeps no log keyed by them yet.
 /// Returns the two ids sent.
+/// One line per error answer, with the request id the client was given, so a
+/// client's error can be found in the log. The server's own failures (5xx) are
+/// errors; a client's mistakes (NoSuchKey, a bad signature) are the client's, and
+/// logged only at debug. (s3s's own "op returns error" line, at ERROR for every
+/// one of them, is turned off by the daemon's default filter.)
+fn log_error(id: &str, method: &http::Method, path: &str, resp: &s3s::HttpResponse) {
+    let status = resp.status().as_u16();
+    let xml = resp.body().bytes().unwrap_or_default();
+    let tag = |name: &str| xml_tag(&xml, name);
+    if status >= 500 {
+        let (code, message) = (tag("Code"), tag("Message"));
+        tracing::error!(request_id = id, %method, path, status, code, message, "S3 request failed");
+    } else {
+        tracing::debug!(request_id = id, %method, path, status, code = tag("Code"), "S3 request refused");
+    }
+}
+
+/// The text of the first `<name>` element of an error's XML (empty if none).
+fn xml_tag(xml: &[u8], name: &str) -> String {
+    let xml = String::from_utf8_lossy(xml);
+    let (open, close) = (format!("<{name}>"), format!("</{name}>"));
+    xml.split_once(&open)
+        .and_then(|(_, rest)| rest.split_once(&close))
+        .map(|(v, _)| v.to_string())
+        .unwrap_or_default()
+}
+
 fn request_ids(headers: &mut http::HeaderMap) -> (String, String) {
     let id = hex::encode_upper(rand::random::<[u8; 8]>());
     let id2 = hex::encode(rand::random::<[u8; 24]>());

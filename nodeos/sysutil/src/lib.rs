@@ -3,13 +3,16 @@
 //! the old content or the new, never a torn or empty file, with the mode a secret
 //! needs from its first byte.
 //!
-//! And moving PCI functions between drivers ([`pci`]): to vfio-pci and back; and
-//! the machine's memory and sizes as operators write them ([`memory`]).
+//! And moving PCI functions between drivers ([`pci`]): to vfio-pci and back; the
+//! machine's memory and sizes as operators write them ([`memory`]); and where a
+//! daemon's log goes ([`logging`]).
 //!
 //! Why one crate at the bottom: the daemons, the CLI and the boot-time bring-up
 //! each had their own helper, with different guarantees (one never synced, one was
-//! not atomic, two files shared a temporary name). This crate depends on nothing.
+//! not atomic, two files shared a temporary name). This crate depends on no other
+//! Cairn crate (only on the logging crates every daemon links anyway).
 
+pub mod logging;
 pub mod memory;
 pub mod pci;
 

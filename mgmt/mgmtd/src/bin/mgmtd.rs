@@ -133,12 +133,9 @@ fn parse_ec(s: &str) -> Result<(u8, u8), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // s3s logs every error answer at ERROR, a client's NoSuchKey included; the
+    // S3 front end logs them itself, with the request id, at their level.
+    cairn_sysutil::logging::init("info,s3s::ops=off");
     let args = Args::parse();
     let mut store = StoreConfig::for_drives(args.drives);
     if let Some(ec) = args.ec {

@@ -294,6 +294,9 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         .canonicalize()
         .map_err(io_err(format!("resolve {}", args.data.display())))?;
     let _lock = supervisor::lock_data_dir(&data)?;
+    // Made by the first start (the root credentials live there): absent, this is
+    // the data's first start.
+    let first_start = !data.join("state").exists();
     let (root, origin) = RootCredentials::resolve(&data.join("state"), true)?;
     let netns = if args.netns {
         let n = Netns::for_data(&data, args.nodes);
@@ -335,7 +338,7 @@ pub async fn up(args: UpArgs) -> Result<(), NodectlError> {
         &args,
         &data,
         &root,
-        origin,
+        (origin, first_start),
         &cluster_id,
         &nodes,
         &ends,
@@ -480,17 +483,37 @@ async fn rejoin_node(nodes: &[Node], ends: &[Endpoints], n: u16) -> Result<(), N
     )))
 }
 
+/// How to run this nodectl again, as the user started it: the path they typed
+/// (`target/release/nodectl`), or `nodectl` when it was found on PATH.
+fn invoked_as() -> String {
+    match std::env::args().next() {
+        Some(a) if a.contains('/') => a,
+        _ => "nodectl".into(),
+    }
+}
+
+/// A first client command: make a bucket on the data's first start; list the
+/// buckets on a restart (making it again would fail: it exists).
+fn first_s3_command(endpoint: &str, first_start: bool) -> String {
+    if first_start {
+        format!("aws --endpoint-url {endpoint} s3 mb s3://demo")
+    } else {
+        format!("aws --endpoint-url {endpoint} s3 ls")
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn banner(
     args: &UpArgs,
     data: &Path,
     root: &RootCredentials,
-    origin: Origin,
+    (origin, first_start): (Origin, bool),
     cluster_id: &str,
     nodes: &[Node],
     ends: &[Endpoints],
     took: Duration,
 ) {
+    let me = invoked_as();
     if nodes.len() > 1 {
         println!(
             "\nCairn cluster {cluster_id}: {} nodes serving S3 (formed in {:.1} s)\n",
@@ -503,13 +526,24 @@ fn banner(
                 n.n, n.id, e.s3, e.resp
             );
         }
+        let s3 = &ends[0].s3;
+        let (rh, rp) = ends[0]
+            .resp
+            .rsplit_once(':')
+            .unwrap_or((&ends[0].resp, "6379"));
         println!(
-            "\n  access key   {}\n  secret key   {}\n\n\
-             Any node serves any object. Try failures by hand:\n  \
-             nodectl dev stop 2 --kill --data {d}     nodectl dev start 2 --data {d}\n  \
-             nodectl cluster status --data {d}\n\nCtrl-C stops the cluster.\n",
-            root.access_key,
-            root.secret_key,
+            "\n  access key   {a}\n  secret key   {s}\n\n\
+             Try it (any node serves any object):\n  \
+             AWS_ACCESS_KEY_ID={a} AWS_SECRET_ACCESS_KEY={s} AWS_DEFAULT_REGION=us-east-1 \\\n    \
+             {aws}\n  \
+             redis-cli -h {rh} -p {rp} --user {a} --pass {s} SET hello world\n\n\
+             Try failures by hand:\n  \
+             {me} dev stop 2 --kill --data {d}\n  \
+             {me} dev start 2 --data {d}\n  \
+             {me} cluster status --data {d}\n\nCtrl-C stops the cluster.\n",
+            a = root.access_key,
+            s = root.secret_key,
+            aws = first_s3_command(&format!("http://{s3}"), first_start),
             d = data.display()
         );
         return;
@@ -536,9 +570,9 @@ fn banner(
          credentials  {origin}\n\n\
          Try it:\n  \
          AWS_ACCESS_KEY_ID={access} AWS_SECRET_ACCESS_KEY={secret} AWS_DEFAULT_REGION=us-east-1 \\\n    \
-         aws --endpoint-url {endpoint} s3 mb s3://demo\n  \
+         {aws}\n  \
          redis-cli -h {resp_host} -p {resp_port} --user {access} --pass {secret} SET hello world\n\n  \
-         nodectl status --data {}\n\n\
+         {me} status --data {}\n\n\
          Ctrl-C stops the node; running the same command again serves the same data.\n",
         args.drives,
         data.join("drives").display(),
@@ -547,6 +581,7 @@ fn banner(
         if from_env { "(from the environment)" } else { secret.as_str() },
         data.display(),
         resp = args.resp,
+        aws = first_s3_command(&endpoint, first_start),
         resp_host = args.resp.ip(),
         resp_port = args.resp.port(),
     );
