@@ -41,7 +41,11 @@ impl Cluster {
         }
     }
 
-    async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), ClusterError> {
+    pub(crate) async fn wait_applied(
+        &self,
+        index: u64,
+        deadline: Instant,
+    ) -> Result<(), ClusterError> {
         let mut rx = self.shared.applied.subscribe();
         let left = deadline
             .saturating_duration_since(Instant::now())

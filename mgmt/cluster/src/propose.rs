@@ -43,7 +43,10 @@ impl Cluster {
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                     match f.leader_node {
                         Some(node) => match self.forward(&node.addr, &cmd).await {
-                            Ok(o) => return Ok(o),
+                            Ok((o, index)) => {
+                                self.caught_up_to(index, deadline).await;
+                                return Ok(o);
+                            }
                             Err(Forward::NotSent(e)) => e,
                             Err(Forward::MaybeAppended(e)) => {
                                 maybe_appended = true;
@@ -92,7 +95,22 @@ impl Cluster {
         });
     }
 
-    async fn forward(&self, addr: &str, cmd: &Command) -> Result<Outcome, Forward> {
+    /// Waits until this member has applied what the leader applied a forwarded
+    /// command at (`None`: a leader that does not say; a read barrier then), so
+    /// a write through any member is applied there when it is answered, as a
+    /// leader's own is. The command is committed either way: a member that
+    /// cannot catch up in time says so in its log and answers all the same.
+    async fn caught_up_to(&self, index: Option<u64>, deadline: Instant) {
+        let r = match index {
+            Some(i) => self.wait_applied(i, deadline).await,
+            None => self.read_barrier().await,
+        };
+        if let Err(e) = r {
+            tracing::warn!("a forwarded write committed but is not applied here yet: {e}");
+        }
+    }
+
+    async fn forward(&self, addr: &str, cmd: &Command) -> Result<(Outcome, Option<u64>), Forward> {
         let peer = |e: reqwest::Error| {
             let not_sent = e.is_connect() || e.is_builder();
             let err = ClusterError::Peer {
@@ -115,16 +133,18 @@ impl Cluster {
                 msg: "injected: connection reset before the leader read it".into(),
             }))
         });
-        let r: Result<Outcome, ProposeRefused> = client
+        let answer = client
             .post(self.transport.url(addr, "/cluster/propose"))
             .timeout(PROPOSE_DEADLINE)
             .json(cmd)
             .send()
             .await
-            .map_err(peer)?
-            .json()
-            .await
             .map_err(peer)?;
+        let index = answer
+            .headers()
+            .get(crate::routes::APPLIED_INDEX)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let r: Result<Outcome, ProposeRefused> = answer.json().await.map_err(peer)?;
         // The leader has answered: losing the answer now is "timed out after the
         // leader committed".
         fail::fail_point!("cluster::forward-reply-lost", |_| {
@@ -134,7 +154,7 @@ impl Cluster {
                 msg: "injected: the leader's answer was lost".into(),
             }))
         });
-        r.map_err(|refused| {
+        r.map(|o| (o, index)).map_err(|refused| {
             let err = ClusterError::Peer {
                 peer: addr.to_string(),
                 msg: refused.to_string(),

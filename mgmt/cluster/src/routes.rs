@@ -114,16 +114,28 @@ async fn snapshot(
     Ok(Json(resp))
 }
 
-async fn propose(State(c): Api, Json(cmd): Json<Command>) -> Json<Result<Outcome, ProposeRefused>> {
+/// Header of a propose answer: the log index the command was applied at, so the
+/// forwarding member can wait until it has applied that far too (a member that
+/// predates it answers without; the forwarder then takes a read barrier).
+pub(crate) const APPLIED_INDEX: &str = "x-cairn-applied-index";
+
+async fn propose(
+    State(c): Api,
+    Json(cmd): Json<Command>,
+) -> (
+    [(&'static str, String); 1],
+    Json<Result<Outcome, ProposeRefused>>,
+) {
     // Only the leader answers; a forwarded proposal is not forwarded again.
     c.crash_mid_commit();
-    Json(match c.raft.client_write(cmd).await {
-        Ok(r) => Ok(r.data),
+    let (index, r) = match c.raft.client_write(cmd).await {
+        Ok(r) => (r.log_id.index.to_string(), Ok(r.data)),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-            Err(ProposeRefused::NotLeader)
+            (String::new(), Err(ProposeRefused::NotLeader))
         }
-        Err(e) => Err(ProposeRefused::Raft(e.to_string())),
-    })
+        Err(e) => (String::new(), Err(ProposeRefused::Raft(e.to_string()))),
+    };
+    ([(APPLIED_INDEX, index)], Json(r))
 }
 
 async fn read_index(State(c): Api) -> Json<Result<u64, String>> {

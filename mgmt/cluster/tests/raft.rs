@@ -30,9 +30,14 @@ async fn three_members_agree_and_survive_the_leader() {
     }
     assert_eq!(a.cluster.map().nodes.len(), 3);
 
-    // A write through a follower is forwarded; a read barrier on another follower
-    // then sees it.
+    // A write through a follower is forwarded, and applied on that follower
+    // when it is answered (no barrier needed there); a read barrier on another
+    // follower then sees it.
     c.cluster.propose(bucket("one")).await.unwrap();
+    assert!(
+        c.meta.bucket("one").unwrap().is_some(),
+        "applied at the gateway"
+    );
     b.cluster.read_barrier().await.unwrap();
     assert!(b.meta.bucket("one").unwrap().is_some());
     // Conditions are decided once, in log order: a second create fails everywhere.

@@ -211,9 +211,6 @@ pub(crate) async fn create(
         }),
     };
     store.create_bucket_as(t, &bucket, record).await?;
-    // Read back behind a barrier: on a follower the commit may not be applied
-    // here yet when the leader answers.
-    store.sync().await?;
     let id = cairn_meta::bucket_id(t, &bucket);
     let b = store
         .meta()
