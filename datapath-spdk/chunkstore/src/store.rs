@@ -359,13 +359,11 @@ impl ChunkStore {
         }
     }
 
-    /// Flushes write-back records that have waited `age` or more; says whether
-    /// any were waiting at all (the reactor then keeps its turns short).
-    pub fn flush_older_than(&mut self, age: Duration) -> Result<bool> {
+    /// Flushes write-back records once they have waited `age` or more.
+    pub fn flush_older_than(&mut self, age: Duration) -> Result<()> {
         match self.unflushed_since {
-            Some(t) if t.elapsed() >= age => self.flush().map(|()| true),
-            Some(_) => Ok(true),
-            None => Ok(false),
+            Some(t) if t.elapsed() >= age => self.flush(),
+            _ => Ok(()),
         }
     }
 

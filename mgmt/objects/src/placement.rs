@@ -76,14 +76,6 @@ impl Candidates {
         doms.len()
     }
 
-    /// Distinct failure domains among the drives that may take data.
-    pub fn open_domains(&self) -> usize {
-        let open: Vec<u16> = (0..self.ok.len() as u16)
-            .filter(|&d| self.ok[d as usize])
-            .collect();
-        self.domains_of(&open)
-    }
-
     /// Makes each drive its own failure domain (data held on one node).
     pub fn by_drive(&mut self) {
         self.domains = (0..self.ok.len() as u32).collect();
@@ -183,6 +175,14 @@ mod tests {
         assert_eq!(fit(2, 1, 1), (2, 1));
     }
 
+    /// Distinct failure domains among the drives that may take data.
+    fn open_domains(c: &Candidates) -> usize {
+        let open: Vec<u16> = (0..c.ok.len() as u16)
+            .filter(|&d| c.ok[d as usize])
+            .collect();
+        c.domains_of(&open)
+    }
+
     #[test]
     fn restricted_to_nodes() {
         // Four nodes of two drives; a bucket held on nodes 1 and 2.
@@ -191,10 +191,10 @@ mod tests {
         c.domains = (0..8).map(|d| d / 2).collect();
         let mut two = c.clone();
         assert_eq!(two.restrict(&[1, 2], node_of), vec![2, 3, 4, 5]);
-        assert_eq!(two.open_domains(), 2);
+        assert_eq!(open_domains(&two), 2);
         two.ok[2] = false;
         two.ok[3] = false;
-        assert_eq!(two.open_domains(), 1, "node 1 down");
+        assert_eq!(open_domains(&two), 1, "node 1 down");
         assert_eq!(two.domains_of(&[2, 3, 4, 5]), 2, "still its two nodes");
         two.ok[2] = true;
         two.ok[3] = true;
@@ -207,9 +207,9 @@ mod tests {
         // One node: its drives become the domains.
         let mut one = c.clone();
         one.restrict(&[3], node_of);
-        assert_eq!(one.open_domains(), 1);
+        assert_eq!(open_domains(&one), 1);
         one.by_drive();
-        assert_eq!(one.open_domains(), 2);
+        assert_eq!(open_domains(&one), 2);
         let p = place(5, 0, 2, &one);
         assert!(p.contains(&6) && p.contains(&7), "{p:?}");
         // Wide enough: nodes stay the domains.

@@ -98,9 +98,8 @@ impl Session {
     }
 
     /// Stores one value as the object of `key`, expiring as `expires` says,
-    /// creating the tenant's
-    /// bucket on its first write. The value is already one buffer: it is handed
-    /// over as a one-item stream, not copied.
+    /// creating the tenant's bucket on its first write. The value is already one
+    /// buffer: it is handed over as a one-item stream, not copied.
     pub(crate) async fn put(
         &self,
         tenant: u64,

@@ -103,7 +103,8 @@ async fn guarded(
     req: http::Request<hyper::body::Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
     let is_head = req.method() == http::Method::HEAD;
-    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // Kept for the error line (a Uri clone shares its bytes: no copy per request).
+    let (method, uri) = (req.method().clone(), req.uri().clone());
     let mut resp = match refused(&req) {
         Some(resp) => resp,
         None => match sized(req.map(guard::GuardedBody::new)).await {
@@ -122,7 +123,7 @@ async fn guarded(
     let (id, id2) = request_ids(resp.headers_mut());
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
     if resp.status().as_u16() >= 400 {
-        log_error(&id, &method, &path, &resp);
+        log_error(&id, &method, uri.path(), &resp);
         if let Some(xml) = resp.body().bytes() {
             if let Some(at) = xml.windows(8).rposition(|w| w == b"</Error>") {
                 let mut with = Vec::with_capacity(xml.len() + 256);
