@@ -212,12 +212,16 @@ async fn run_cluster(
         opts: opts.clone(),
         data: cfg.data.clone(),
     });
+    // Two stops: the front ends (S3, RESP, admin) first; the internal API (Raft
+    // appends, forwarded proposals) only once they have drained, since a write in
+    // hand waits to see its own commit applied here, which takes the appends.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (internal_stop_tx, internal_stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
     let internal_task = tokio::spawn({
-        let stop = stopped(stop_rx.clone());
+        let stop = stopped(internal_stop_rx);
         let c = c.clone();
         async move { c.serve_internal(internal, stop).await }
     });
@@ -332,6 +336,7 @@ async fn run_cluster(
     // S3 and RESP finish what they have in hand (each gives up after 10 s).
     let _ = s3_task.await;
     let _ = admin_task.await;
+    let _ = internal_stop_tx.send(true);
     let _ = internal_task.await;
     c.shutdown().await;
     Ok(())
