@@ -19,11 +19,11 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 py=python3
-if ! $py -c 'import boto3, minio, redis, awscrt' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
+if ! $py -c 'import boto3, minio, redis, awscrt, prometheus_client' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
   ! command -v s3cmd >/dev/null 2>&1; then
-  echo "ci/install-deps: pip install awscli boto3 minio s3cmd redis awscrt"
-  $py -m pip install -q awscli boto3 minio s3cmd redis awscrt 2>/dev/null ||
-    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd redis awscrt
+  echo "ci/install-deps: pip install awscli boto3 minio s3cmd redis awscrt prometheus_client"
+  $py -m pip install -q awscli boto3 minio s3cmd redis awscrt prometheus_client 2>/dev/null ||
+    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd redis awscrt prometheus_client
 fi
 # pyenv keeps console scripts behind shims that need a rehash.
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true

@@ -119,6 +119,23 @@ written=$(wc -l <"$work/manifest")
 [[ "$objects" == "$written" ]] || fail "status counts $objects objects, $written written"
 echo "  ok  status counts $objects objects"
 
+echo "-- /metrics (the admin token; OpenMetrics, parsed strictly)"
+admin=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["nodes"][0]["admin"])' "$work/data/run/dev.json")
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://$admin/metrics")
+[[ $code == 401 ]] || fail "/metrics without the token answered $code"
+curl -sf -H "Authorization: Bearer $(cat "$work/data/state/admin.token")" "http://$admin/metrics" >"$work/metrics.txt" ||
+  fail "/metrics with the token"
+python3 - "$work/metrics.txt" <<'PY' || fail "/metrics"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
+puts = sum(s.value for s in fams["cairn_s3_requests"].samples
+           if s.labels.get("op") == "PutObject" and s.labels.get("status") == "200")
+assert puts >= 10, f"PutObject 200s counted: {puts}"
+assert all(s.value == 1 for s in fams["cairn_drive_healthy"].samples)
+print(f"/metrics: {len(fams)} families, {int(puts)} PutObject answered 200")
+PY
+
 echo "-- kill -9 of every Cairn process, restart on the same data"
 pids=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); n=s["nodes"][0]; print(s["supervisor_pid"], n["datapathd_pid"], n["mgmtd_pid"])' "$work/data/run/dev.json")
 kill -9 $pids

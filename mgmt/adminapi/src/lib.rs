@@ -47,6 +47,8 @@ pub use client::{AdminClient, AdminError};
 pub mod routes {
     /// `GET`, no token: `ok` (text) while mgmtd serves.
     pub const HEALTHZ: &str = "/healthz";
+    /// Prometheus text format, behind the admin token.
+    pub const METRICS: &str = "/metrics";
     /// `GET` → [`NodeStatus`](crate::NodeStatus).
     pub const STATUS: &str = "/v1/status";
     /// `GET` → [`NodeDrives`](crate::NodeDrives): the node's own drives, from its

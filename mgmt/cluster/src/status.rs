@@ -13,6 +13,11 @@ pub struct RaftStatus {
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
     pub last_applied: u64,
+    /// The last entry in this node's log (appended, maybe not yet committed).
+    pub last_log_index: u64,
+    /// On the leader only: each member's log index known to match the leader's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub matched: Vec<(NodeId, u64)>,
 }
 
 impl Cluster {
@@ -33,6 +38,13 @@ impl Cluster {
             voters: voters.into_iter().collect(),
             learners,
             last_applied: m.last_applied.map(|l| l.index).unwrap_or(0),
+            last_log_index: m.last_log_index.unwrap_or(0),
+            matched: m
+                .replication
+                .iter()
+                .flatten()
+                .map(|(id, log)| (*id, log.map(|l| l.index).unwrap_or(0)))
+                .collect(),
         }
     }
 }

@@ -105,6 +105,7 @@ pub(crate) struct App {
     local: LocalDatapath,
     token: Arc<String>,
     data: PathBuf,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl App {
@@ -120,6 +121,28 @@ impl App {
     /// The cluster map as this node last applied it.
     pub(crate) fn cluster_map(&self) -> Arc<cairn_cluster::ClusterMap> {
         self.node.cluster.map()
+    }
+
+    pub(crate) fn cluster(&self) -> &Arc<cairn_cluster::Cluster> {
+        &self.node.cluster
+    }
+
+    pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// Repair as this node has done it.
+    pub(crate) fn repair_stats(&self) -> crate::cluster::RepairStats {
+        self.node
+            .repair
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// This node's own drives, as its datapathd reports them.
+    pub(crate) async fn local_drives(&self) -> Result<Vec<DriveStatus>, Failure> {
+        self.local.drives().await
     }
 
     /// The cluster is this node alone (a single-node appliance): its drives are
@@ -147,10 +170,12 @@ pub(crate) async fn serve(
     local: LocalDatapath,
     token: String,
     data: PathBuf,
+    metrics: Arc<crate::metrics::Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let app = Router::new()
         .route(routes::HEALTHZ, get(|| async { "ok" }))
+        .route(routes::METRICS, get(crate::metrics::serve))
         .route(routes::STATUS, get(status))
         .route(routes::DRIVES, get(drives))
         .route(routes::SCRUB, get(crate::scrub::status))
@@ -201,6 +226,7 @@ pub(crate) async fn serve(
             local,
             token: Arc::new(token),
             data,
+            metrics,
         });
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

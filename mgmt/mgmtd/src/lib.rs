@@ -15,6 +15,7 @@ mod failure;
 mod gc;
 mod keys;
 mod kv;
+mod metrics;
 mod resp;
 mod scrub;
 mod tenants;
@@ -233,6 +234,8 @@ async fn run_cluster(
     let admin_addr = admin_listener
         .local_addr()
         .map_err(io_err("admin address"))?;
+    let (s3_metrics, resp_metrics) = (cairn_s3::S3Metrics::default(), cairn_resp::RespMetrics::default());
+    let metrics = Arc::new(metrics::Metrics::new(&s3_metrics, &resp_metrics));
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
         node.clone(),
@@ -242,6 +245,7 @@ async fn run_cluster(
         },
         token,
         cfg.data.clone(),
+        metrics,
         stopped(stop_rx.clone()),
     ));
     // The S3 port opens once this node is a member (after `cluster init` or
@@ -270,7 +274,7 @@ async fn run_cluster(
         let (s3_stop, resp_stop) = (stopped(stop_rx.clone()), stopped(stop_rx.clone()));
         let store_cfg = cfg.store.clone();
         let root_key = root.access_key.clone();
-        let resp_limits = (cfg.resp_max_clients, cfg.resp_intake);
+        let resp_limits = (cfg.resp_max_clients, cfg.resp_intake, resp_metrics);
         async move {
             let store = tokio::select! {
                 s = node.become_member(meta, local, store_cfg, alone) => s,
@@ -298,7 +302,7 @@ async fn run_cluster(
                         resp_limits,
                         resp_stop,
                     );
-                    let s3 = cairn_s3::serve(s3_listener, store, keys, domains, s3_stop);
+                    let s3 = cairn_s3::serve(s3_listener, store, keys, domains, s3_metrics, s3_stop);
                     if let (Err(e), ()) = tokio::join!(s3, resp) {
                         tracing::error!("S3 stopped: {e}");
                     }

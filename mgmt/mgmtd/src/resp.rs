@@ -27,7 +27,7 @@ pub(crate) async fn serve(
     store: Arc<ObjectStore>,
     keys: cairn_s3::Keys,
     root_access_key: String,
-    (max_clients, intake_bytes): (usize, u64),
+    (max_clients, intake_bytes, metrics): (usize, u64, cairn_resp::RespMetrics),
     stop: impl std::future::Future<Output = ()>,
 ) {
     let Some(listener) = listener else { return };
@@ -37,6 +37,7 @@ pub(crate) async fn serve(
     let cfg = cairn_resp::RespConfig {
         max_clients,
         intake_bytes,
+        metrics,
         ..cairn_resp::RespConfig::new(keys, root_access_key)
     };
     if let Err(e) = cairn_resp::serve(listener, store, cfg, stop).await {

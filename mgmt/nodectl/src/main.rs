@@ -280,6 +280,21 @@ enum NodeCmd {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Dev { cmd: DevCmd::Up(_) }) {
+        // A report piped into `head` ends quietly, as other Unix tools do, rather
+        // than panicking on the closed pipe (Rust ignores SIGPIPE by default). Not
+        // for `dev up`: the supervisor outlives its terminal and must stop its
+        // daemons itself.
+        // SAFETY: restores SIGPIPE's default, process-wide disposition; nodectl
+        // installs no handler of its own for it, so no code relies on it being
+        // ignored.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigDfl,
+            )
+        };
+    }
     let res = match cli.cmd {
         Cmd::Dev {
             cmd: DevCmd::Up(args),

@@ -4,7 +4,7 @@
 use crate::expiry::{self, expired, expiry};
 use crate::pools::{Pool, Which};
 use crate::reply::{arity, array, bulk, error, int, nil, ok};
-use crate::shared::{Shared, Stats};
+use crate::shared::Shared;
 use crate::write::Expiry;
 use crate::{RespConfig, RespError};
 use bytes::Bytes;
@@ -88,8 +88,10 @@ impl Session {
     ) -> Result<Next, RespError> {
         let name = String::from_utf8_lossy(&args[0]).to_ascii_uppercase();
         let rest = &args[1..];
-        Stats::add(&self.shared.stats.commands, 1);
-        match self.dispatch(&name, rest, w).await {
+        let started = std::time::Instant::now();
+        let done = self.dispatch(&name, rest, w).await;
+        self.shared.stats.ran(&name, started.elapsed());
+        match done {
             Ok(next) => Ok(next),
             Err(RespError::Objects(e)) => {
                 error(w, &format!("ERR {e}")).await?;
@@ -477,8 +479,8 @@ impl Session {
 
     fn count_lookups(&self, recs: &[Option<ObjectRecord>]) {
         let hits = recs.iter().filter(|r| r.is_some()).count() as u64;
-        Stats::add(&self.shared.stats.hits, hits);
-        Stats::add(&self.shared.stats.misses, recs.len() as u64 - hits);
+        self.shared.stats.hits.inc_by(hits);
+        self.shared.stats.misses.inc_by(recs.len() as u64 - hits);
     }
 
     pub(crate) async fn bucket_exists(&self, tenant: u64) -> Result<bool, RespError> {

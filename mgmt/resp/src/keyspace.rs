@@ -177,7 +177,7 @@ impl Session {
             let _ = write!(
                 out,
                 "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\n\r\n",
-                get(&st.connected),
+                st.connected.get(),
                 self.cfg().max_clients
             );
         }
@@ -214,13 +214,13 @@ impl Session {
             let _ = write!(
                 out,
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nrejected_connections:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\nexpired_keys:0\r\nevicted_keys:{}\r\ncairn_ram_hits:{hits}\r\ncairn_ram_misses:{misses}\r\ncairn_ram_hit_ratio:{ratio:.3}\r\ncairn_ram_evictions:{}\r\n\r\n",
-                get(&st.connections),
-                get(&st.commands),
-                get(&st.rejected),
+                st.connections.get(),
+                st.commands.get(),
+                st.rejected.get(),
                 bytes_in,
                 bytes_out,
-                get(&st.hits),
-                get(&st.misses),
+                st.hits.get(),
+                st.misses.get(),
                 dropped,
                 get(&rc.evicted),
             );

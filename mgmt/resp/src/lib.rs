@@ -13,6 +13,7 @@ mod commands;
 mod expiry;
 mod keys;
 mod keyspace;
+mod metrics;
 mod pools;
 mod reply;
 mod shared;
@@ -21,9 +22,9 @@ mod write;
 pub use codec::{Intake, Limits};
 pub use expiry::{sweep, SWEEP_EVERY};
 pub use keys::{bucket_for, decode_key, encode_key};
+pub use metrics::RespMetrics;
 
 use cairn_objects::ObjectStore;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -64,6 +65,8 @@ pub struct RespConfig {
     /// Bytes of values being received at once, by every connection together
     /// (see [`Intake`]).
     pub intake_bytes: u64,
+    /// Where its counters go (INFO reads them too).
+    pub metrics: RespMetrics,
 }
 
 impl RespConfig {
@@ -78,6 +81,7 @@ impl RespConfig {
             },
             max_clients: 10_000,
             intake_bytes: 1 << 30,
+            metrics: RespMetrics::default(),
         }
     }
 }
@@ -90,7 +94,7 @@ pub async fn serve(
     cfg: RespConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), RespError> {
-    let shared = Arc::new(shared::Shared::new(cfg.intake_bytes));
+    let shared = Arc::new(shared::Shared::new(cfg.intake_bytes, cfg.metrics.clone()));
     let cfg = Arc::new(cfg);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let sweeper = tokio::spawn(expiry::sweeper(store.clone(), {
@@ -116,9 +120,9 @@ pub async fn serve(
         let _ = socket.set_nodelay(true);
         // Reap finished connections first, so only live ones count.
         while conns.try_join_next().is_some() {}
-        shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+        shared.stats.connections.inc();
         if conns.len() >= cfg.max_clients {
-            shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+            shared.stats.rejected.inc();
             tracing::warn!(%peer, max = cfg.max_clients, "RESP connection refused: too many clients");
             // Not one of `conns`: a refusal is not a client to drain.
             tokio::spawn(async move {

@@ -2,7 +2,6 @@
 //! counters INFO reports, and SCAN's cursors.
 
 use crate::codec::Intake;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long an unused SCAN cursor is remembered.
@@ -12,7 +11,8 @@ const CURSORS: u64 = 100_000;
 
 pub(crate) struct Shared {
     pub intake: Intake,
-    pub stats: Stats,
+    /// The counters INFO and `/metrics` report.
+    pub stats: crate::metrics::RespMetrics,
     /// SCAN's cursors: clients parse a cursor as an integer (redis-py does), and
     /// a position in a keyspace is a key, so the number names the last key
     /// returned, here. A cursor is this node's: a SCAN continued through another
@@ -28,43 +28,11 @@ pub(crate) struct Cursor {
     pub after: String,
 }
 
-/// Counters since the server started, for INFO.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    pub connections: AtomicU64,
-    pub connected: AtomicU64,
-    pub rejected: AtomicU64,
-    pub commands: AtomicU64,
-    /// Keys a GET or MGET found, and did not.
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-}
-
-/// Counts a connection as connected while it lives.
-pub(crate) struct Connected<'a>(&'a AtomicU64);
-
-impl Drop for Connected<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl Stats {
-    pub fn connected(&self) -> Connected<'_> {
-        self.connected.fetch_add(1, Ordering::Relaxed);
-        Connected(&self.connected)
-    }
-
-    pub fn add(c: &AtomicU64, n: u64) {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
 impl Shared {
-    pub fn new(intake_bytes: u64) -> Shared {
+    pub fn new(intake_bytes: u64, stats: crate::metrics::RespMetrics) -> Shared {
         Shared {
             intake: Intake::new(intake_bytes),
-            stats: Stats::default(),
+            stats,
             cursors: moka::sync::Cache::builder()
                 .max_capacity(CURSORS)
                 .time_to_idle(CURSOR_IDLE)

@@ -209,7 +209,11 @@ impl S3Access for Access {
                 "the access key's user or tenant is disabled"
             ));
         }
-        let op = cx.s3_op().name();
+        let op = cx.s3_op().name().to_string();
+        if let Some(slot) = cx.extensions_mut().get::<crate::metrics::OpSlot>() {
+            let _ = slot.set(op.clone());
+        }
+        let op = op.as_str();
         if id.role == Role::ReadOnly && !reads_only(op) {
             return Err(s3_error!(
                 AccessDenied,

@@ -11,10 +11,12 @@ mod encoding;
 mod error;
 mod guard;
 mod integrity;
+mod metrics;
 mod ops;
 mod vhost;
 
 pub use auth::{Credential, Identity, Keys};
+pub use metrics::S3Metrics;
 pub use ops::CairnS3;
 pub use vhost::{BadDomain, Domains};
 
@@ -38,6 +40,7 @@ pub async fn serve(
     store: Arc<ObjectStore>,
     keys: Keys,
     domains: Domains,
+    metrics: S3Metrics,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), S3FrontError> {
     let service = {
@@ -75,8 +78,9 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = socket.set_nodelay(true);
-        let svc = service.clone();
-        let guarded = hyper::service::service_fn(move |req| guarded(svc.clone(), req));
+        let (svc, metrics) = (service.clone(), metrics.clone());
+        let guarded =
+            hyper::service::service_fn(move |req| guarded(svc.clone(), req, metrics.clone()));
         let conn = conn
             .serve_connection(TokioIo::new(socket), guarded)
             .into_owned();
@@ -100,8 +104,13 @@ pub async fn serve(
 /// answer gets its request ids.
 async fn guarded(
     svc: s3s::service::S3Service,
-    req: http::Request<hyper::body::Incoming>,
+    mut req: http::Request<hyper::body::Incoming>,
+    metrics: S3Metrics,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    let started = std::time::Instant::now();
+    let op = metrics::OpSlot::default();
+    req.extensions_mut().insert(op.clone());
+    let received = declared_length(req.headers());
     let is_head = req.method() == http::Method::HEAD;
     // Kept for the error line (a Uri clone shares its bytes: no copy per request).
     let (method, uri) = (req.method().clone(), req.uri().clone());
@@ -121,8 +130,21 @@ async fn guarded(
         *resp.status_mut() = http::StatusCode::PARTIAL_CONTENT;
     }
     let (id, id2) = request_ids(resp.headers_mut());
+    let status = resp.status().as_u16();
+    let code = match status >= 400 {
+        true => Some(xml_tag(resp.body().bytes().as_deref().unwrap_or_default(), "Code")),
+        false => None,
+    };
+    metrics.answered(&metrics::Answered {
+        op: &op,
+        status,
+        error: code.as_deref().filter(|c| !c.is_empty()),
+        took: started.elapsed(),
+        received,
+        sent: if is_head { 0 } else { declared_length(resp.headers()) },
+    });
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
-    if resp.status().as_u16() >= 400 {
+    if status >= 400 {
         log_error(&id, &method, uri.path(), &resp);
         if let Some(xml) = resp.body().bytes() {
             if let Some(at) = xml.windows(8).rposition(|w| w == b"</Error>") {
@@ -242,6 +264,15 @@ fn log_error(id: &str, method: &http::Method, path: &str, resp: &s3s::HttpRespon
     } else {
         tracing::debug!(request_id = id, %method, path, status, code = tag("Code"), "S3 request refused");
     }
+}
+
+/// A body's length as its headers declare it (the decoded length of an
+/// aws-chunked upload); 0 when they do not.
+fn declared_length(h: &http::HeaderMap) -> u64 {
+    let n = |name: &str| h.get(name)?.to_str().ok()?.parse::<u64>().ok();
+    n("x-amz-decoded-content-length")
+        .or_else(|| n("content-length"))
+        .unwrap_or(0)
 }
 
 /// The text of the first `<name>` element of an error's XML (empty if none).

@@ -522,10 +522,14 @@ fn banner(
         );
         for (n, e) in nodes.iter().zip(ends) {
             println!(
-                "  node {}  id {}  S3 http://{}  RESP {}",
-                n.n, n.id, e.s3, e.resp
+                "  node {}  id {}  S3 http://{}  RESP {}  admin {}",
+                n.n, n.id, e.s3, e.resp, e.admin
             );
         }
+        println!(
+            "\n  metrics      http://ADMIN/metrics on each node (bearer token in {}/nodes/nK/state/admin.token)",
+            data.display()
+        );
         let s3 = &ends[0].s3;
         let (rh, rp) = ends[0]
             .resp
@@ -565,6 +569,7 @@ fn banner(
         "\nCairn node serving S3 ({} drives in {}, ready in {:.1} s)\n\n  \
          endpoint     {endpoint}\n  \
          RESP         {resp}  (AUTH with the secret key, or access key and secret)\n  \
+         metrics      http://{admin}/metrics  (bearer token in {token})\n  \
          access key   {}\n  \
          secret key   {}\n  \
          credentials  {origin}\n\n\
@@ -581,6 +586,8 @@ fn banner(
         if from_env { "(from the environment)" } else { secret.as_str() },
         data.display(),
         resp = args.resp,
+        admin = args.admin,
+        token = data.join("state/admin.token").display(),
         aws = first_s3_command(&endpoint, first_start),
         resp_host = args.resp.ip(),
         resp_port = args.resp.port(),
