@@ -386,6 +386,33 @@ impl AdminClient {
         Ok(())
     }
 
+    /// `GET /v1/admin/tokens`.
+    pub async fn admin_tokens(&self) -> Result<Vec<crate::AdminTokenView>, AdminError> {
+        self.call(Method::GET, routes::ADMIN_TOKENS, |r| r).await
+    }
+
+    /// `POST /v1/admin/tokens`: the token is in the answer, this once.
+    pub async fn admin_token_create(
+        &self,
+        t: &crate::NewAdminToken,
+    ) -> Result<crate::CreatedAdminToken, AdminError> {
+        self.call(Method::POST, routes::ADMIN_TOKENS, |r| r.json(t))
+            .await
+    }
+
+    /// `DELETE /v1/admin/tokens/{id}`.
+    pub async fn admin_token_revoke(&self, id: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::ADMIN_TOKEN, &[id]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/audit`: the newest `limit` entries, oldest first.
+    pub async fn audit(&self, limit: usize) -> Result<Vec<crate::AuditEntry>, AdminError> {
+        let q = crate::AuditQuery { limit: Some(limit) };
+        self.call(Method::GET, routes::AUDIT, |r| r.query(&q)).await
+    }
+
     /// `PUT /v1/tenants/{tenant}/quota`.
     pub async fn tenant_quota(&self, tenant: &str, q: QuotaSpec) -> Result<TenantView, AdminError> {
         let route = routes::fill(routes::TENANT_QUOTA, &[tenant]);

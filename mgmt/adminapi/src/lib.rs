@@ -5,15 +5,17 @@
 //! with the `client` feature (on by default) a typed client, [`AdminClient`], that
 //! `nodectl` uses for every command that talks to a node.
 //!
-//! The API is HTTP/1.1 with JSON bodies; every route but `/healthz` needs the
-//! node's bearer token (`admin.token` in its state directory, see
-//! `cairn-credentials`).
+//! The API is HTTP/1.1 with JSON bodies; every route but `/healthz` needs a
+//! bearer token: the node's own (`admin.token` in its state directory, see
+//! `cairn-credentials`; the admin role) or one made with `nodectl token create`
+//! (any [`Role`]). Which role each route needs is [`Action`]'s table.
 //!
 //! The crate is light so that every layer can name these types: the status types
 //! of the scrubber, the collector and protection are defined here and filled by
 //! cairn-objects directly. The workspace takes it with `default-features = false`;
 //! only the client pulls in an HTTP client.
 
+mod access;
 mod cluster;
 mod error;
 mod gc;
@@ -26,6 +28,9 @@ mod tenants;
 #[cfg(feature = "client")]
 mod client;
 
+pub use access::{
+    Action, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken, Method, NewAdminToken, Role,
+};
 pub use cluster::{
     ClusterStatus, InitRequest, JoinRequest, NodeRequest, NodeView, RepairView, TokenReply,
 };
@@ -122,6 +127,16 @@ pub mod routes {
     pub const KV_POOL: &str = "/v1/tenants/{tenant}/kv/pools/{pool}";
     /// `GET` → [`KvStats`](crate::KvStats).
     pub const KV_STATS: &str = "/v1/kv/stats";
+
+    /// `GET` → `Vec<`[`AdminTokenView`](crate::AdminTokenView)`>`; `POST`
+    /// [`NewAdminToken`](crate::NewAdminToken) →
+    /// [`CreatedAdminToken`](crate::CreatedAdminToken).
+    pub const ADMIN_TOKENS: &str = "/v1/admin/tokens";
+    /// `DELETE` → `true`: the token is refused at once on every node.
+    pub const ADMIN_TOKEN: &str = "/v1/admin/tokens/{id}";
+    /// `GET ?`[`AuditQuery`](crate::AuditQuery) →
+    /// `Vec<`[`AuditEntry`](crate::AuditEntry)`>`, oldest first.
+    pub const AUDIT: &str = "/v1/audit";
 
     /// `path` with its `{name}` placeholders filled, in order.
     pub fn fill(path: &str, values: &[&str]) -> String {

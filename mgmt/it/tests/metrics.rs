@@ -33,7 +33,10 @@ async fn scrape(node: &Node) -> Scrape {
     let r = scrape_with(node, Some(token.trim())).await;
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
-    assert!(text.ends_with("# EOF\n"), "not OpenMetrics-terminated: {text}");
+    assert!(
+        text.ends_with("# EOF\n"),
+        "not OpenMetrics-terminated: {text}"
+    );
     Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap()
 }
 
@@ -72,9 +75,17 @@ async fn metrics_count_what_clients_did() {
     let c = node.client();
     c.create_bucket().bucket("metered").send().await.unwrap();
     let body = cairn_it::random_bytes(300_000, 7);
-    cairn_it::put_bytes(&c, "metered", "k", &body).await.unwrap();
+    cairn_it::put_bytes(&c, "metered", "k", &body)
+        .await
+        .unwrap();
     assert_eq!(cairn_it::get_bytes(&c, "metered", "k").await.unwrap(), body);
-    assert!(c.head_object().bucket("metered").key("absent").send().await.is_err());
+    assert!(c
+        .head_object()
+        .bucket("metered")
+        .key("absent")
+        .send()
+        .await
+        .is_err());
     resp_roundtrip(
         &resp,
         &[
@@ -88,18 +99,43 @@ async fn metrics_count_what_clients_did() {
 
     // Without the token, or with a wrong one: refused.
     assert_eq!(scrape_with(&node, None).await.status(), 401);
-    assert_eq!(scrape_with(&node, Some("not-the-token")).await.status(), 401);
+    assert_eq!(
+        scrape_with(&node, Some("not-the-token")).await.status(),
+        401
+    );
 
     let s = scrape(&node).await;
     let put = [("op", "PutObject"), ("status", "200")];
     assert_eq!(value(&s, "cairn_s3_requests_total", &put), 1.0);
-    assert_eq!(value(&s, "cairn_s3_requests_total", &[("op", "GetObject"), ("status", "200")]), 1.0);
-    assert_eq!(value(&s, "cairn_s3_requests_total", &[("op", "HeadObject"), ("status", "404")]), 1.0);
     assert_eq!(
-        value(&s, "cairn_s3_errors_total", &[("op", "HeadObject"), ("code", "NoSuchKey")]),
+        value(
+            &s,
+            "cairn_s3_requests_total",
+            &[("op", "GetObject"), ("status", "200")]
+        ),
         1.0
     );
-    let h = find(&s, "cairn_s3_request_duration_seconds", &[("op", "PutObject")]);
+    assert_eq!(
+        value(
+            &s,
+            "cairn_s3_requests_total",
+            &[("op", "HeadObject"), ("status", "404")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "cairn_s3_errors_total",
+            &[("op", "HeadObject"), ("code", "NoSuchKey")]
+        ),
+        1.0
+    );
+    let h = find(
+        &s,
+        "cairn_s3_request_duration_seconds",
+        &[("op", "PutObject")],
+    );
     match h.first().map(|x| &x.value) {
         Some(Value::Histogram(b)) => {
             assert_eq!(b.last().unwrap().count, 1.0, "PutObject +Inf bucket: {b:?}")
@@ -109,7 +145,11 @@ async fn metrics_count_what_clients_did() {
     assert!(value(&s, "cairn_s3_received_bytes_total", &[]) >= body.len() as f64);
     assert!(value(&s, "cairn_s3_sent_bytes_total", &[]) >= body.len() as f64);
     for (cmd, n) in [("SET", 1.0), ("GET", 2.0), ("AUTH", 1.0), ("OTHER", 1.0)] {
-        assert_eq!(value(&s, "cairn_resp_commands_total", &[("command", cmd)]), n, "{cmd}");
+        assert_eq!(
+            value(&s, "cairn_resp_commands_total", &[("command", cmd)]),
+            n,
+            "{cmd}"
+        );
     }
     assert_eq!(value(&s, "cairn_resp_keyspace_hits_total", &[]), 1.0);
     assert_eq!(value(&s, "cairn_resp_keyspace_misses_total", &[]), 1.0);

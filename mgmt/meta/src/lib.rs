@@ -15,6 +15,7 @@
 //! matches, the parts of an upload) run inside the transaction, so two racing
 //! requests can never both win.
 
+mod admin;
 mod gc;
 mod identity;
 mod list;
@@ -22,6 +23,7 @@ mod once;
 mod records;
 mod usage;
 
+pub use admin::{AdminChange, AdminTokenRecord, AUDIT_KEEP};
 pub use gc::GcEpoch;
 pub use identity::{
     bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantKeyRecord, TenantRecord,
@@ -110,6 +112,8 @@ pub enum MetaError {
     NoSuchAccessKey(String),
     #[error("the access key already exists")]
     KeyExists,
+    #[error("no such admin token: {0}")]
+    NoSuchAdminToken(String),
     /// The change would take a bucket or tenant past its quota.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
@@ -280,6 +284,8 @@ pub enum Mutation {
     Fence,
     /// Tenants, users and access keys (see [`identity`]).
     Identity(IdentityChange),
+    /// Admin tokens and the audit table (see [`admin`]).
+    Admin(AdminChange),
     /// Sets (or with an empty quota, lifts) a bucket's quota.
     SetBucketQuota {
         name: String,
@@ -1083,6 +1089,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
+        Mutation::Admin(c) => {
+            admin::apply(tx, c)?;
+            Ok(Applied::default())
+        }
         Mutation::Identity(c) => {
             let mut freed = Vec::new();
             if let IdentityChange::DeleteTenant { id, purge: true } = c {

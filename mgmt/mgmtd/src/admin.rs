@@ -1,5 +1,6 @@
 //! The admin API: what `nodectl` (and later the SSH console) call. Every route but
-//! `/healthz` needs the node's bearer token. The routes, and every body they take
+//! `/healthz` passes the access layer first ([`crate::access`]: the token, the
+//! role its action needs, the audit), so no handler checks anything. The routes, and every body they take
 //! and answer, are cairn-adminapi's: the handlers here serialize exactly those
 //! types, and every failure is a [`Failure`] (an `ErrorBody` with its status).
 
@@ -7,7 +8,6 @@ use crate::cluster::{resolve_node, ClusterNode};
 pub(crate) use crate::failure::Failure;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::routing::{delete, get, patch, post, put};
 use axum::{Json, Router};
 use cairn_adminapi::{
@@ -152,15 +152,9 @@ impl App {
         map.nodes.len() == 1 && map.nodes.contains_key(&self.node.cluster.id())
     }
 
-    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Failure> {
-        if authorized(self, headers) {
-            Ok(())
-        } else {
-            Err(Failure::new(
-                ErrorKind::Unauthorized,
-                "missing or wrong admin token",
-            ))
-        }
+    /// The node's own admin token (from its state directory).
+    pub(crate) fn local_token(&self) -> &str {
+        &self.token
     }
 }
 
@@ -173,6 +167,13 @@ pub(crate) async fn serve(
     metrics: Arc<crate::metrics::Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    let state = App {
+        node,
+        local,
+        token: Arc::new(token),
+        data,
+        metrics,
+    };
     let app = Router::new()
         .route(routes::HEALTHZ, get(|| async { "ok" }))
         .route(routes::METRICS, get(crate::metrics::serve))
@@ -220,14 +221,20 @@ pub(crate) async fn serve(
         )
         .route(routes::KV_POOL, delete(crate::kv::delete))
         .route(routes::KV_STATS, get(crate::kv::stats))
+        .route(
+            routes::ADMIN_TOKENS,
+            get(crate::access::tokens).post(crate::access::create_token),
+        )
+        .route(routes::ADMIN_TOKEN, delete(crate::access::revoke_token))
+        .route(routes::AUDIT, get(crate::access::audit_list))
+        // Every matched route passes the access layer (authentication, the
+        // action's role, audit); unmatched ones fall through to the 404.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::access::guard,
+        ))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
-        .with_state(App {
-            node,
-            local,
-            token: Arc::new(token),
-            data,
-            metrics,
-        });
+        .with_state(state);
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -236,23 +243,7 @@ pub(crate) async fn serve(
     }
 }
 
-fn authorized(app: &App, headers: &HeaderMap) -> bool {
-    let Some(v) = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let Some(t) = v.strip_prefix("Bearer ") else {
-        return false;
-    };
-    // Constant-time comparison: the token is a secret.
-    let (a, b) = (t.as_bytes(), app.token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeStatus>, Failure> {
-    app.check(&headers)?;
+async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, Failure> {
     let store = app.store()?;
     let s: StoreStatus = store.status().await?;
     // A single node's drives are its own datapathd's: ask it what they are too. A
@@ -353,8 +344,7 @@ async fn status(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeS
 }
 
 /// `GET /v1/drives`: the node's own drives with what they are, state and space.
-async fn drives(State(app): State<App>, headers: HeaderMap) -> Result<Json<NodeDrives>, Failure> {
-    app.check(&headers)?;
+async fn drives(State(app): State<App>) -> Result<Json<NodeDrives>, Failure> {
     Ok(Json(NodeDrives {
         drives: app.local.drives().await?,
     }))
@@ -377,10 +367,8 @@ pub(crate) type Body<T> = Result<Json<T>, JsonRejection>;
 
 async fn cluster_init(
     State(app): State<App>,
-    headers: HeaderMap,
     body: Body<InitRequest>,
 ) -> Result<Json<TokenReply>, Failure> {
-    app.check(&headers)?;
     let Json(req) = body?;
     let node = &app.node;
     let (k, m) = parse_ec(req.ec.as_deref().unwrap_or("4+2"))?;
@@ -406,10 +394,8 @@ async fn cluster_init(
 
 async fn cluster_join(
     State(app): State<App>,
-    headers: HeaderMap,
     body: Body<JoinRequest>,
 ) -> Result<Json<TokenReply>, Failure> {
-    app.check(&headers)?;
     let Json(req) = body?;
     let node = &app.node;
     if node.cluster.is_member() {
@@ -431,20 +417,12 @@ async fn cluster_join(
     }))
 }
 
-async fn cluster_status(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> Result<Json<ClusterStatus>, Failure> {
-    app.check(&headers)?;
+async fn cluster_status(State(app): State<App>) -> Result<Json<ClusterStatus>, Failure> {
     let node = &app.node;
     Ok(Json(node.status().await?))
 }
 
-async fn cluster_token(
-    State(app): State<App>,
-    headers: HeaderMap,
-) -> Result<Json<TokenReply>, Failure> {
-    app.check(&headers)?;
+async fn cluster_token(State(app): State<App>) -> Result<Json<TokenReply>, Failure> {
     let node = &app.node;
     let token = node.cluster.token()?;
     Ok(Json(TokenReply {
@@ -456,10 +434,8 @@ async fn cluster_token(
 /// Answers the map epoch that drains the node.
 async fn cluster_drain(
     State(app): State<App>,
-    headers: HeaderMap,
     body: Body<NodeRequest>,
 ) -> Result<Json<u64>, Failure> {
-    app.check(&headers)?;
     let Json(req) = body?;
     let node = &app.node;
     let id = resolve_node(&node.cluster.map(), &req.node)?;
@@ -468,10 +444,8 @@ async fn cluster_drain(
 
 async fn cluster_remove(
     State(app): State<App>,
-    headers: HeaderMap,
     body: Body<NodeRequest>,
 ) -> Result<Json<bool>, Failure> {
-    app.check(&headers)?;
     let Json(req) = body?;
     let node = &app.node;
     let id = resolve_node(&node.cluster.map(), &req.node)?;

@@ -78,9 +78,10 @@ fn cluster_kind(e: &ClusterError) -> ErrorKind {
 fn meta_kind(e: &MetaError) -> ErrorKind {
     match e {
         MetaError::Unavailable(_) | MetaError::Stopped => ErrorKind::Unavailable,
-        MetaError::NoSuchTenant(_) | MetaError::NoSuchUser(_) | MetaError::NoSuchAccessKey(_) => {
-            ErrorKind::NotFound
-        }
+        MetaError::NoSuchTenant(_)
+        | MetaError::NoSuchUser(_)
+        | MetaError::NoSuchAccessKey(_)
+        | MetaError::NoSuchAdminToken(_) => ErrorKind::NotFound,
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists

@@ -7,6 +7,7 @@
 //! routes and wire types in `cairn-adminapi` (the handlers here serialize exactly
 //! those), the node's secrets in `cairn-credentials`.
 
+mod access;
 mod admin;
 mod cluster;
 #[cfg(feature = "failpoints")]
@@ -234,7 +235,10 @@ async fn run_cluster(
     let admin_addr = admin_listener
         .local_addr()
         .map_err(io_err("admin address"))?;
-    let (s3_metrics, resp_metrics) = (cairn_s3::S3Metrics::default(), cairn_resp::RespMetrics::default());
+    let (s3_metrics, resp_metrics) = (
+        cairn_s3::S3Metrics::default(),
+        cairn_resp::RespMetrics::default(),
+    );
     let metrics = Arc::new(metrics::Metrics::new(&s3_metrics, &resp_metrics));
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
@@ -302,7 +306,8 @@ async fn run_cluster(
                         resp_limits,
                         resp_stop,
                     );
-                    let s3 = cairn_s3::serve(s3_listener, store, keys, domains, s3_metrics, s3_stop);
+                    let s3 =
+                        cairn_s3::serve(s3_listener, store, keys, domains, s3_metrics, s3_stop);
                     if let (Err(e), ()) = tokio::join!(s3, resp) {
                         tracing::error!("S3 stopped: {e}");
                     }

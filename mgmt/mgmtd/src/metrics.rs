@@ -1,5 +1,7 @@
-//! `/metrics`: the node in Prometheus text format, on the admin port, behind the
-//! admin token (Prometheus sends it with `authorization: {credentials_file: …}`).
+//! `/metrics`: the node in Prometheus text format, on the admin port, for any
+//! admin token of the reader role or above (Prometheus sends one with
+//! `authorization: {credentials_file: …}`; `nodectl token create prometheus
+//! --role reader` makes one).
 //!
 //! Two kinds of figures. The front ends' request counters and latency histograms
 //! are prometheus-client families updated as requests are answered (cairn-s3's
@@ -13,7 +15,7 @@
 use crate::admin::App;
 use crate::cluster::id_hex;
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use cairn_cluster::NodeState;
 use prometheus_client::collector::Collector;
@@ -102,7 +104,13 @@ impl Snapshot {
     }
 
     fn bytes(&mut self, name: &'static str, help: &'static str, labels: Labels, v: u64) {
-        self.add_unit(name, help, Some(Unit::Bytes), labels, Value::Gauge(v as f64))
+        self.add_unit(
+            name,
+            help,
+            Some(Unit::Bytes),
+            labels,
+            Value::Gauge(v as f64),
+        )
     }
 }
 
@@ -131,10 +139,7 @@ impl Collector for SnapshotCollector {
 }
 
 /// `GET /metrics`.
-pub(crate) async fn serve(State(app): State<App>, headers: HeaderMap) -> Response {
-    if let Err(f) = app.check(&headers) {
-        return f.into_response();
-    }
+pub(crate) async fn serve(State(app): State<App>) -> Response {
     let m = app.metrics();
     let _one = m.scrape.lock().await;
     let snap = gather(&app).await;
@@ -208,8 +213,18 @@ async fn drives(app: &App, s: &mut Snapshot) {
             l(),
             d.full as u8 as f64,
         );
-        s.bytes("cairn_drive_capacity", "Drive capacity", l(), d.capacity_bytes);
-        s.bytes("cairn_drive_used", "Bytes of live chunks", l(), d.used_bytes);
+        s.bytes(
+            "cairn_drive_capacity",
+            "Drive capacity",
+            l(),
+            d.capacity_bytes,
+        );
+        s.bytes(
+            "cairn_drive_used",
+            "Bytes of live chunks",
+            l(),
+            d.used_bytes,
+        );
         s.bytes(
             "cairn_drive_allocated",
             "Bytes of segments in use (live and not yet compacted)",
@@ -224,7 +239,12 @@ async fn drives(app: &App, s: &mut Snapshot) {
 fn raft(app: &App, s: &mut Snapshot) {
     let cluster = app.cluster();
     let r = cluster.raft_status();
-    s.gauge("cairn_raft_term", "Current Raft term", vec![], r.term as f64);
+    s.gauge(
+        "cairn_raft_term",
+        "Current Raft term",
+        vec![],
+        r.term as f64,
+    );
     s.gauge(
         "cairn_raft_leader",
         "1 on the leader",
@@ -249,7 +269,12 @@ fn raft(app: &App, s: &mut Snapshot) {
         vec![],
         r.last_applied as f64,
     );
-    s.gauge("cairn_raft_voters", "Voters in the group", vec![], r.voters.len() as f64);
+    s.gauge(
+        "cairn_raft_voters",
+        "Voters in the group",
+        vec![],
+        r.voters.len() as f64,
+    );
     for (peer, matched) in &r.matched {
         if *peer != r.node_id {
             s.gauge(
@@ -273,22 +298,61 @@ fn raft(app: &App, s: &mut Snapshot) {
 
 async fn store_figures(app: &App, store: &cairn_objects::ObjectStore, s: &mut Snapshot) {
     if let Ok(st) = store.status().await {
-        s.gauge("cairn_objects", "Objects in the metadata", vec![], st.objects as f64);
-        s.gauge("cairn_buckets", "Buckets in the metadata", vec![], st.buckets as f64);
+        s.gauge(
+            "cairn_objects",
+            "Objects in the metadata",
+            vec![],
+            st.objects as f64,
+        );
+        s.gauge(
+            "cairn_buckets",
+            "Buckets in the metadata",
+            vec![],
+            st.buckets as f64,
+        );
     }
     let c = store.counters();
     for (name, help, v) in [
-        ("cairn_degraded_reads", "Reads that reconstructed from parity or another copy", &c.degraded_reads),
-        ("cairn_bad_fragments", "Fragments found bad when read (checksum, length)", &c.bad_fragments),
-        ("cairn_repaired_fragments", "Bad fragments rewritten and verified after a read", &c.repaired_fragments),
-        ("cairn_unreadable_reads", "Reads that failed for want of good fragments", &c.unreadable),
-        ("cairn_collected_chunks", "Orphan chunks the collector removed", &c.collected_chunks),
-        ("cairn_aborted_uploads", "Multipart uploads aborted for their age", &c.aborted_uploads),
+        (
+            "cairn_degraded_reads",
+            "Reads that reconstructed from parity or another copy",
+            &c.degraded_reads,
+        ),
+        (
+            "cairn_bad_fragments",
+            "Fragments found bad when read (checksum, length)",
+            &c.bad_fragments,
+        ),
+        (
+            "cairn_repaired_fragments",
+            "Bad fragments rewritten and verified after a read",
+            &c.repaired_fragments,
+        ),
+        (
+            "cairn_unreadable_reads",
+            "Reads that failed for want of good fragments",
+            &c.unreadable,
+        ),
+        (
+            "cairn_collected_chunks",
+            "Orphan chunks the collector removed",
+            &c.collected_chunks,
+        ),
+        (
+            "cairn_aborted_uploads",
+            "Multipart uploads aborted for their age",
+            &c.aborted_uploads,
+        ),
     ] {
         s.counter(name, help, vec![], v.load(Ordering::Relaxed));
     }
     let repair = app.repair_stats();
-    s.counter("cairn_repair_passes", "Repair passes run", vec![], repair.passes);
+    s.counter(
+        "cairn_repair_passes",
+        "Repair passes run",
+        vec![],
+        repair.passes,
+    );
     s.counter(
         "cairn_repair_rebuilt_fragments",
         "Fragments repair rebuilt",
@@ -309,7 +373,12 @@ async fn store_figures(app: &App, store: &cairn_objects::ObjectStore, s: &mut Sn
         repair.deferred_last_pass as f64,
     );
     if let Some(last) = store.scrubber().status().last {
-        s.gauge("cairn_scrub_last_bad", "Bad fragments the last scrub pass found", vec![], last.bad as f64);
+        s.gauge(
+            "cairn_scrub_last_bad",
+            "Bad fragments the last scrub pass found",
+            vec![],
+            last.bad as f64,
+        );
         s.gauge(
             "cairn_scrub_last_unrepaired",
             "Bad fragments the last scrub pass could not rebuild",
@@ -332,23 +401,54 @@ async fn store_figures(app: &App, store: &cairn_objects::ObjectStore, s: &mut Sn
 /// Sharing and usage per tenant (labelled by name; root is "root").
 fn tenants(store: &cairn_objects::ObjectStore, s: &mut Snapshot) {
     let meta = store.meta();
-    let mut names = std::collections::HashMap::from([(cairn_meta::ROOT_TENANT, "root".to_string())]);
+    let mut names =
+        std::collections::HashMap::from([(cairn_meta::ROOT_TENANT, "root".to_string())]);
     for (id, t) in meta.tenants().unwrap_or_default() {
         names.insert(id, t.name);
     }
     let name = |id: u64| names.get(&id).cloned().unwrap_or_else(|| id.to_string());
     for (id, n) in &names {
         if let Ok(u) = meta.tenant_usage(*id) {
-            s.bytes("cairn_tenant_stored", "Bytes of the tenant's objects", vec![("tenant", n.clone())], u.bytes);
-            s.gauge("cairn_tenant_objects", "The tenant's objects", vec![("tenant", n.clone())], u.objects as f64);
+            s.bytes(
+                "cairn_tenant_stored",
+                "Bytes of the tenant's objects",
+                vec![("tenant", n.clone())],
+                u.bytes,
+            );
+            s.gauge(
+                "cairn_tenant_objects",
+                "The tenant's objects",
+                vec![("tenant", n.clone())],
+                u.objects as f64,
+            );
         }
     }
     for (id, t) in store.qos().stats() {
         let l = || vec![("tenant", name(id))];
-        s.gauge("cairn_tenant_busy_slots", "Data-work slots the tenant holds now", l(), t.busy as f64);
-        s.gauge("cairn_tenant_waiting", "Units of the tenant's work waiting for a slot", l(), t.waiting as f64);
-        s.counter("cairn_tenant_queued", "Units of the tenant's work that waited for a slot", l(), t.queued);
-        s.counter("cairn_tenant_slowed_down", "Requests refused (SlowDown) for the tenant's request rate", l(), t.slowed_down);
+        s.gauge(
+            "cairn_tenant_busy_slots",
+            "Data-work slots the tenant holds now",
+            l(),
+            t.busy as f64,
+        );
+        s.gauge(
+            "cairn_tenant_waiting",
+            "Units of the tenant's work waiting for a slot",
+            l(),
+            t.waiting as f64,
+        );
+        s.counter(
+            "cairn_tenant_queued",
+            "Units of the tenant's work that waited for a slot",
+            l(),
+            t.queued,
+        );
+        s.counter(
+            "cairn_tenant_slowed_down",
+            "Requests refused (SlowDown) for the tenant's request rate",
+            l(),
+            t.slowed_down,
+        );
         s.add_unit(
             "cairn_tenant_shaped",
             "Time the tenant's requests waited for its rates",
@@ -363,12 +463,35 @@ fn tenants(store: &cairn_objects::ObjectStore, s: &mut Snapshot) {
 fn ram(store: &cairn_objects::ObjectStore, s: &mut Snapshot) {
     let ram = store.ram();
     let c = ram.counters();
-    s.bytes("cairn_ram_capacity", "RAM tier capacity", vec![], ram.capacity());
-    s.bytes("cairn_ram_held", "Bytes the RAM tier holds", vec![], ram.bytes());
-    let (hits, misses) = (c.hits.load(Ordering::Relaxed), c.misses.load(Ordering::Relaxed));
+    s.bytes(
+        "cairn_ram_capacity",
+        "RAM tier capacity",
+        vec![],
+        ram.capacity(),
+    );
+    s.bytes(
+        "cairn_ram_held",
+        "Bytes the RAM tier holds",
+        vec![],
+        ram.bytes(),
+    );
+    let (hits, misses) = (
+        c.hits.load(Ordering::Relaxed),
+        c.misses.load(Ordering::Relaxed),
+    );
     s.counter("cairn_ram_hits", "Extents served from RAM", vec![], hits);
-    s.counter("cairn_ram_misses", "Hot reads fetched through the datapath", vec![], misses);
-    s.counter("cairn_ram_evictions", "Extents pushed out of RAM to make room", vec![], c.evicted.load(Ordering::Relaxed));
+    s.counter(
+        "cairn_ram_misses",
+        "Hot reads fetched through the datapath",
+        vec![],
+        misses,
+    );
+    s.counter(
+        "cairn_ram_evictions",
+        "Extents pushed out of RAM to make room",
+        vec![],
+        c.evicted.load(Ordering::Relaxed),
+    );
     s.gauge(
         "cairn_ram_hit_ratio",
         "Hits over hot reads since the start (0 before any)",
@@ -380,11 +503,43 @@ fn ram(store: &cairn_objects::ObjectStore, s: &mut Snapshot) {
     );
     for (group, f) in ram.groups() {
         let l = || vec![("keyspace", group.clone())];
-        s.bytes("cairn_kv_ram_held", "Bytes of the keyspace in RAM", l(), f.bytes);
-        s.counter("cairn_kv_hits", "Values of the keyspace served from RAM", l(), f.hits);
-        s.counter("cairn_kv_misses", "Values of the keyspace read through the datapath", l(), f.misses);
-        s.counter("cairn_kv_dropped", "Values deleted to make room in a full pool", l(), f.dropped);
-        s.add_unit("cairn_kv_received", "Bytes written to the keyspace", Some(Unit::Bytes), l(), Value::Counter(f.bytes_in as f64));
-        s.add_unit("cairn_kv_sent", "Bytes read from the keyspace", Some(Unit::Bytes), l(), Value::Counter(f.bytes_out as f64));
+        s.bytes(
+            "cairn_kv_ram_held",
+            "Bytes of the keyspace in RAM",
+            l(),
+            f.bytes,
+        );
+        s.counter(
+            "cairn_kv_hits",
+            "Values of the keyspace served from RAM",
+            l(),
+            f.hits,
+        );
+        s.counter(
+            "cairn_kv_misses",
+            "Values of the keyspace read through the datapath",
+            l(),
+            f.misses,
+        );
+        s.counter(
+            "cairn_kv_dropped",
+            "Values deleted to make room in a full pool",
+            l(),
+            f.dropped,
+        );
+        s.add_unit(
+            "cairn_kv_received",
+            "Bytes written to the keyspace",
+            Some(Unit::Bytes),
+            l(),
+            Value::Counter(f.bytes_in as f64),
+        );
+        s.add_unit(
+            "cairn_kv_sent",
+            "Bytes read from the keyspace",
+            Some(Unit::Bytes),
+            l(),
+            Value::Counter(f.bytes_out as f64),
+        );
     }
 }

@@ -25,9 +25,14 @@ pub struct Target {
 }
 
 impl Target {
+    /// The node's admin API; with `--admin`, the token in CAIRN_ADMIN_TOKEN if
+    /// set, else the one in `--token-file`.
     pub fn api(&self) -> Result<AdminClient, NodectlError> {
         match &self.admin {
-            Some(addr) => Ok(AdminClient::from_token_file(addr, &self.token_file)?),
+            Some(addr) => match std::env::var("CAIRN_ADMIN_TOKEN") {
+                Ok(t) if !t.trim().is_empty() => Ok(AdminClient::new(addr, t.trim())),
+                _ => Ok(AdminClient::from_token_file(addr, &self.token_file)?),
+            },
             None => crate::admin::of_dev(&self.data, self.node),
         }
     }

@@ -1,6 +1,7 @@
 //! nodectl: the operator CLI of a Cairn node. Parses arguments and dispatches; the
 //! work is in `dev` (a local appliance under supervision) and `status`.
 
+mod access;
 mod admin;
 mod cluster;
 mod dev;
@@ -111,6 +112,21 @@ enum Cmd {
     Key {
         #[command(subcommand)]
         cmd: tenants::KeyCmd,
+    },
+    /// Admin tokens with roles (reader, operator, admin).
+    Token {
+        #[command(subcommand)]
+        cmd: access::TokenCmd,
+    },
+    /// The newest mutating admin calls: who, what, when, how they ended.
+    Audit {
+        /// How many (the cluster keeps the last 10,000).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        target: cluster::Target,
+        #[arg(long)]
+        json: bool,
     },
     /// The KV-cache tier: pools (named keyspaces) and their figures.
     Kv {
@@ -354,6 +370,12 @@ async fn main() -> std::process::ExitCode {
         Cmd::User { cmd } => tenants::user(cmd).await,
         Cmd::Key { cmd } => tenants::key(cmd).await,
         Cmd::Kv { cmd } => kv::kv(cmd).await,
+        Cmd::Token { cmd } => access::token(cmd).await,
+        Cmd::Audit {
+            limit,
+            target,
+            json,
+        } => access::audit(&target, limit, json).await,
         Cmd::Scrub { cmd } => match cmd {
             ScrubCmd::Status { target, json } => scrub::status(&target, json).await,
             ScrubCmd::Start { target, wait, json } => scrub::start(&target, wait, json).await,

@@ -1094,6 +1094,15 @@ impl ObjectStore {
         self.sync().await
     }
 
+    /// An admin token made or revoked, or an audit entry: committed, and applied
+    /// here before the caller answers (a token revoked through this node is
+    /// refused by it from the answer on).
+    pub async fn change_admin(&self, c: cairn_meta::AdminChange) -> Result<(), ObjectError> {
+        self.commit(cairn_meta::ROOT_TENANT, Mutation::Admin(c), Vec::new())
+            .await?;
+        self.sync().await
+    }
+
     /// Sets (or with an empty quota, lifts) the quota of the tenant's bucket.
     pub async fn set_bucket_quota(
         &self,

@@ -14,9 +14,32 @@ use std::time::Duration;
 /// The commands named in labels; any other is counted as "OTHER", so a client
 /// sending made-up names cannot grow the series without bound.
 const NAMED: &[&str] = &[
-    "AUTH", "CLIENT", "COMMAND", "DBSIZE", "DEL", "EXISTS", "EXPIRE", "EXPIREAT", "GET", "HELLO",
-    "INFO", "MGET", "MSET", "PERSIST", "PEXPIRE", "PEXPIREAT", "PING", "PTTL", "QUIT", "SCAN",
-    "SELECT", "SET", "STRLEN", "TTL", "TYPE", "UNLINK",
+    "AUTH",
+    "CLIENT",
+    "COMMAND",
+    "DBSIZE",
+    "DEL",
+    "EXISTS",
+    "EXPIRE",
+    "EXPIREAT",
+    "GET",
+    "HELLO",
+    "INFO",
+    "MGET",
+    "MSET",
+    "PERSIST",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PING",
+    "PTTL",
+    "QUIT",
+    "SCAN",
+    "SELECT",
+    "SET",
+    "STRLEN",
+    "TTL",
+    "TYPE",
+    "UNLINK",
 ];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,7 +49,11 @@ struct Command {
 
 impl Command {
     fn of(name: &str) -> Command {
-        let command = NAMED.iter().find(|n| **n == name).copied().unwrap_or("OTHER");
+        let command = NAMED
+            .iter()
+            .find(|n| **n == name)
+            .copied()
+            .unwrap_or("OTHER");
         Command { command }
     }
 }
@@ -89,11 +116,7 @@ impl RespMetrics {
             "Connections refused at maxclients",
             self.rejected.clone(),
         );
-        r.register(
-            "commands",
-            "Commands run, by name",
-            self.calls.clone(),
-        );
+        r.register("commands", "Commands run, by name", self.calls.clone());
         r.register_with_unit(
             "command_duration",
             "Time to run a command and write its reply, by name",

@@ -132,7 +132,10 @@ async fn guarded(
     let (id, id2) = request_ids(resp.headers_mut());
     let status = resp.status().as_u16();
     let code = match status >= 400 {
-        true => Some(xml_tag(resp.body().bytes().as_deref().unwrap_or_default(), "Code")),
+        true => Some(xml_tag(
+            resp.body().bytes().as_deref().unwrap_or_default(),
+            "Code",
+        )),
         false => None,
     };
     metrics.answered(&metrics::Answered {
@@ -141,7 +144,11 @@ async fn guarded(
         error: code.as_deref().filter(|c| !c.is_empty()),
         took: started.elapsed(),
         received,
-        sent: if is_head { 0 } else { declared_length(resp.headers()) },
+        sent: if is_head {
+            0
+        } else {
+            declared_length(resp.headers())
+        },
     });
     // An error's XML names the request too, as S3's does (`RequestId`, `HostId`).
     if status >= 400 {

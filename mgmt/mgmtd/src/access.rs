@@ -1,0 +1,239 @@
+//! Authentication, authorization and audit of the admin API, as one layer in
+//! front of every route: the request is resolved to its [`Action`] (cairn-adminapi
+//! lists them all, with the role each needs), the bearer token to a
+//! [`Principal`], and only a principal whose role suffices reaches the handler.
+//! Every mutating call, allowed or refused, is audited: a log line (target
+//! `cairn_audit`) and an entry in the cluster's bounded audit table.
+//!
+//! Tokens: the node's own (`admin.token` in its state directory, role admin,
+//! shown as `local`), and tokens made through the API, `cairn_<id>_<secret>`,
+//! of which the cluster keeps the SHA-256 of the secret only.
+
+use crate::admin::{App, Body};
+use crate::failure::Failure;
+use axum::extract::{MatchedPath, Path, Query, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use cairn_adminapi::{
+    routes, Action, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken, ErrorKind,
+    NewAdminToken, Role,
+};
+use cairn_meta::{AdminChange, AdminTokenRecord, AUDIT_KEEP};
+use sha2::{Digest, Sha256};
+
+/// Who is calling, once authenticated.
+#[derive(Clone, Debug)]
+pub(crate) struct Principal {
+    pub who: String,
+    pub role: Role,
+}
+
+/// The layer (an axum route layer: it runs once the route is matched).
+pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_default();
+    if route == routes::HEALTHZ {
+        return next.run(req).await;
+    }
+    let path = req.uri().path().to_string();
+    let Some(action) = Action::of(req.method().as_str(), &route) else {
+        // A route served but missing from the table is a bug here, never a
+        // reason to let a request through unchecked.
+        tracing::error!(%route, method = %req.method(), "admin route without an action");
+        return Failure::new(ErrorKind::Internal, "route without an action").into_response();
+    };
+    let principal = match authenticate(&app, req.headers()) {
+        Ok(p) => p,
+        Err(f) => {
+            if action.mutates() {
+                tracing::warn!(target: "cairn_audit", action = %action.name(), %path, "admin call refused: not authenticated");
+            }
+            return f.into_response();
+        }
+    };
+    let resp = if principal.role < action.role() {
+        Failure::new(
+            ErrorKind::Forbidden,
+            format!(
+                "{} (role {}) may not {}: it needs the {} role",
+                principal.who,
+                principal.role,
+                action.name(),
+                action.role()
+            ),
+        )
+        .into_response()
+    } else {
+        req.extensions_mut().insert(principal.clone());
+        next.run(req).await
+    };
+    if action.mutates() {
+        audit(&app, &principal, action, path, resp.status().as_u16());
+    }
+    resp
+}
+
+/// The principal the request's bearer token stands for.
+fn authenticate(app: &App, headers: &axum::http::HeaderMap) -> Result<Principal, Failure> {
+    let unauthorized = |why: &str| Failure::new(ErrorKind::Unauthorized, why.to_string());
+    let token = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| unauthorized("missing admin token (Authorization: Bearer …)"))?;
+    if same(token.as_bytes(), app.local_token().as_bytes()) {
+        return Ok(Principal {
+            who: "local".into(),
+            role: Role::Admin,
+        });
+    }
+    let wrong = || unauthorized("wrong, revoked or expired admin token");
+    let (id, secret) = token
+        .strip_prefix("cairn_")
+        .and_then(|t| t.split_once('_'))
+        .ok_or_else(wrong)?;
+    let store = app.store().map_err(|_| wrong())?;
+    let rec = store
+        .meta()
+        .admin_token(id)
+        .map_err(Failure::from)?
+        .ok_or_else(wrong)?;
+    if !same(hash(secret).as_bytes(), rec.sha256.as_bytes()) {
+        return Err(wrong());
+    }
+    if rec.expires_ms.is_some_and(|e| e <= cairn_meta::now_ms()) {
+        return Err(wrong());
+    }
+    Ok(Principal {
+        who: format!("token:{id} ({})", rec.name),
+        role: rec.role,
+    })
+}
+
+/// Constant-time equality: tokens and their hashes are secrets.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Logs the call, and records it in the audit table in the background (the
+/// answer does not wait for the cluster; before the node is a member, or with
+/// the cluster unavailable, the log line is the record).
+fn audit(app: &App, p: &Principal, action: Action, path: String, status: u16) {
+    tracing::info!(
+        target: "cairn_audit",
+        who = %p.who,
+        role = %p.role,
+        action = %action.name(),
+        %path,
+        status,
+        "admin call"
+    );
+    let Ok(store) = app.store() else { return };
+    let entry = AuditEntry {
+        at_ms: cairn_meta::now_ms(),
+        who: p.who.clone(),
+        role: p.role,
+        action,
+        path,
+        status,
+        node: crate::cluster::id_hex(app.cluster().id()),
+    };
+    tokio::spawn(async move {
+        if let Err(e) = store.change_admin(AdminChange::Audit { entry }).await {
+            tracing::warn!(target: "cairn_audit", "audit entry not recorded in the cluster: {e}");
+        }
+    });
+}
+
+fn view(id: String, r: AdminTokenRecord) -> AdminTokenView {
+    AdminTokenView {
+        id,
+        name: r.name,
+        role: r.role,
+        created_ms: r.created_ms,
+        expires_ms: r.expires_ms,
+        created_by: r.created_by,
+    }
+}
+
+/// `POST /v1/admin/tokens`.
+pub(crate) async fn create_token(
+    State(app): State<App>,
+    Extension(by): Extension<Principal>,
+    body: Body<NewAdminToken>,
+) -> Result<Json<CreatedAdminToken>, Failure> {
+    let Json(req) = body?;
+    if req.name.is_empty() || req.name.len() > 64 || req.name.chars().any(char::is_control) {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            "a token's name is 1 to 64 printable characters",
+        ));
+    }
+    let store = app.store()?;
+    let id = hex::encode(rand::random::<[u8; 8]>());
+    let secret = hex::encode(rand::random::<[u8; 32]>());
+    let now = cairn_meta::now_ms();
+    let record = AdminTokenRecord {
+        name: req.name,
+        role: req.role,
+        sha256: hash(&secret),
+        created_ms: now,
+        expires_ms: req
+            .expires_in_s
+            .map(|s| now.saturating_add((s.min(i64::MAX as u64 / 1000) * 1000) as i64)),
+        created_by: by.who,
+    };
+    store
+        .change_admin(AdminChange::CreateToken {
+            id: id.clone(),
+            record: record.clone(),
+        })
+        .await?;
+    Ok(Json(CreatedAdminToken {
+        token: format!("cairn_{id}_{secret}"),
+        view: view(id, record),
+    }))
+}
+
+/// `GET /v1/admin/tokens`.
+pub(crate) async fn tokens(State(app): State<App>) -> Result<Json<Vec<AdminTokenView>>, Failure> {
+    let store = crate::tenants::current(&app).await?;
+    let mut out: Vec<_> = store
+        .meta()
+        .admin_tokens()?
+        .into_iter()
+        .map(|(id, r)| view(id, r))
+        .collect();
+    out.sort_by_key(|t| t.created_ms);
+    Ok(Json(out))
+}
+
+/// `DELETE /v1/admin/tokens/{id}`.
+pub(crate) async fn revoke_token(
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<bool>, Failure> {
+    app.store()?
+        .change_admin(AdminChange::DeleteToken { id })
+        .await?;
+    Ok(Json(true))
+}
+
+/// `GET /v1/audit`.
+pub(crate) async fn audit_list(
+    State(app): State<App>,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<AuditEntry>>, Failure> {
+    let Query(q) = query?;
+    let store = crate::tenants::current(&app).await?;
+    let limit = q.limit.unwrap_or(100).min(AUDIT_KEEP as usize);
+    Ok(Json(store.meta().audit(limit)?))
+}
