@@ -10,7 +10,7 @@ set -euo pipefail
 need_apt=()
 for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip \
     redis-tools redis-server iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
-    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs; do
+    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs openssh-client; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if ((${#need_apt[@]})); then

@@ -29,6 +29,37 @@ pub(crate) struct Principal {
     pub role: Role,
 }
 
+/// Tokens the SSH console minted for its sessions, each standing for the
+/// session's key and role while it lasts (in memory: a session ends with the
+/// process).
+#[derive(Debug, Default)]
+pub(crate) struct SessionTokens(std::sync::Mutex<std::collections::HashMap<String, Principal>>);
+
+impl SessionTokens {
+    fn get(&self, token: &str) -> Option<Principal> {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .find(|(t, _)| same(t.as_bytes(), token.as_bytes()))
+            .map(|(_, p)| p.clone())
+    }
+}
+
+impl cairn_console::Sessions for SessionTokens {
+    fn open(&self, who: String, role: Role) -> String {
+        let token = format!("session_{}", hex::encode(rand::random::<[u8; 32]>()));
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(token.clone(), Principal { who, role });
+        token
+    }
+
+    fn close(&self, token: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+    }
+}
+
 /// The layer (an axum route layer: it runs once the route is matched).
 pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response {
     let route = req
@@ -90,6 +121,9 @@ fn authenticate(app: &App, headers: &axum::http::HeaderMap) -> Result<Principal,
             who: "local".into(),
             role: Role::Admin,
         });
+    }
+    if let Some(p) = app.sessions().get(token) {
+        return Ok(p);
     }
     let wrong = || unauthorized("wrong, revoked or expired admin token");
     let (id, secret) = token

@@ -106,6 +106,7 @@ pub(crate) struct App {
     token: Arc<String>,
     data: PathBuf,
     metrics: Arc<crate::metrics::Metrics>,
+    sessions: Arc<crate::access::SessionTokens>,
 }
 
 impl App {
@@ -125,6 +126,10 @@ impl App {
 
     pub(crate) fn cluster(&self) -> &Arc<cairn_cluster::Cluster> {
         &self.node.cluster
+    }
+
+    pub(crate) fn sessions(&self) -> &crate::access::SessionTokens {
+        &self.sessions
     }
 
     pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
@@ -158,21 +163,29 @@ impl App {
     }
 }
 
+/// What the admin API's handlers share.
+pub(crate) struct AppParts {
+    pub node: Arc<ClusterNode>,
+    pub local: LocalDatapath,
+    /// The node's own admin token.
+    pub token: String,
+    pub data: PathBuf,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    pub sessions: Arc<crate::access::SessionTokens>,
+}
+
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
-    node: Arc<ClusterNode>,
-    local: LocalDatapath,
-    token: String,
-    data: PathBuf,
-    metrics: Arc<crate::metrics::Metrics>,
+    parts: AppParts,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let state = App {
-        node,
-        local,
-        token: Arc::new(token),
-        data,
-        metrics,
+        node: parts.node,
+        local: parts.local,
+        token: Arc::new(parts.token),
+        data: parts.data,
+        metrics: parts.metrics,
+        sessions: parts.sessions,
     };
     let app = Router::new()
         .route(routes::HEALTHZ, get(|| async { "ok" }))

@@ -85,6 +85,10 @@ pub struct Config {
     pub admin: SocketAddr,
     /// Set: RESP (Redis protocol) served here, over the same objects as S3.
     pub resp: Option<SocketAddr>,
+    /// Set: the SSH admin console served here.
+    pub ssh: Option<SocketAddr>,
+    /// Authorized-keys files of the SSH console beyond `DATA/ssh/authorized_keys`.
+    pub ssh_authorized_keys: Vec<PathBuf>,
     /// RESP connections served at once (more are refused, as Redis's maxclients).
     pub resp_max_clients: usize,
     /// Bytes of RESP values being received at once (see `cairn_resp::Intake`).
@@ -240,18 +244,49 @@ async fn run_cluster(
         cairn_resp::RespMetrics::default(),
     );
     let metrics = Arc::new(metrics::Metrics::new(&s3_metrics, &resp_metrics));
+    let sessions = Arc::new(access::SessionTokens::default());
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
-        node.clone(),
-        admin::LocalDatapath {
-            client: local.clone(),
-            drives: cfg.store.drives,
+        admin::AppParts {
+            node: node.clone(),
+            local: admin::LocalDatapath {
+                client: local.clone(),
+                drives: cfg.store.drives,
+            },
+            token,
+            data: cfg.data.clone(),
+            metrics,
+            sessions: sessions.clone(),
         },
-        token,
-        cfg.data.clone(),
-        metrics,
         stopped(stop_rx.clone()),
     ));
+    let console_task = match cfg.ssh {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(io_err(format!("bind SSH console on {addr}")))?;
+            let console = cairn_console::ConsoleConfig {
+                state: cfg.data.clone(),
+                authorized_keys: cfg.ssh_authorized_keys.clone(),
+                admin: admin_addr.to_string(),
+                nodectl: nodectl_binary(),
+                // A `nodectl dev up` node logs to files beside its state.
+                log_dir: cfg
+                    .data
+                    .parent()
+                    .map(|d| d.join("logs"))
+                    .filter(|d| d.is_dir()),
+            };
+            tracing::info!(ssh_addr = %addr, "SSH console serving");
+            Some(tokio::spawn(cairn_console::serve(
+                listener,
+                console,
+                sessions,
+                stopped(stop_rx.clone()),
+            )))
+        }
+        None => None,
+    };
     // The S3 port opens once this node is a member (after `cluster init` or
     // `cluster join`, or at once when it already was one).
     let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
@@ -345,10 +380,24 @@ async fn run_cluster(
     // S3 and RESP finish what they have in hand (each gives up after 10 s).
     let _ = s3_task.await;
     let _ = admin_task.await;
+    if let Some(t) = console_task {
+        let _ = t.await;
+    }
     let _ = internal_stop_tx.send(true);
     let _ = internal_task.await;
     c.shutdown().await;
     Ok(())
+}
+
+/// The nodectl the SSH console runs: `CAIRN_NODECTL`, else the one beside this
+/// mgmtd (both are installed together, in the image and in a build's target).
+fn nodectl_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("CAIRN_NODECTL") {
+        return PathBuf::from(p);
+    }
+    std::env::current_exe()
+        .map(|e| e.with_file_name("nodectl"))
+        .unwrap_or_else(|_| PathBuf::from("nodectl"))
 }
 
 async fn wait_for_datapath(

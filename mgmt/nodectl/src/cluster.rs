@@ -25,13 +25,21 @@ pub struct Target {
 }
 
 impl Target {
-    /// The node's admin API; with `--admin`, the token in CAIRN_ADMIN_TOKEN if
-    /// set, else the one in `--token-file`.
+    /// Whether it names a node by address (`--admin` or CAIRN_ADMIN), not a
+    /// local cluster's.
+    pub fn remote(&self) -> bool {
+        self.admin.is_some() || std::env::var("CAIRN_ADMIN").is_ok_and(|v| !v.trim().is_empty())
+    }
+
+    /// The node's admin API: `--admin` (else CAIRN_ADMIN) with the token in
+    /// CAIRN_ADMIN_TOKEN if set, else the one in `--token-file`; without either
+    /// address, the local cluster's node under `--data`.
     pub fn api(&self) -> Result<AdminClient, NodectlError> {
-        match &self.admin {
-            Some(addr) => match std::env::var("CAIRN_ADMIN_TOKEN") {
-                Ok(t) if !t.trim().is_empty() => Ok(AdminClient::new(addr, t.trim())),
-                _ => Ok(AdminClient::from_token_file(addr, &self.token_file)?),
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        match self.admin.clone().or_else(|| env("CAIRN_ADMIN")) {
+            Some(addr) => match env("CAIRN_ADMIN_TOKEN") {
+                Some(t) => Ok(AdminClient::new(&addr, t.trim())),
+                None => Ok(AdminClient::from_token_file(&addr, &self.token_file)?),
             },
             None => crate::admin::of_dev(&self.data, self.node),
         }

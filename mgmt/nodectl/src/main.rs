@@ -135,9 +135,8 @@ enum Cmd {
     },
     /// Drives, capacity, objects and health of a node.
     Status {
-        /// The node's data directory (as given to `dev up`).
-        #[arg(long, default_value = "./cairn-data")]
-        data: PathBuf,
+        #[command(flatten)]
+        target: cluster::Target,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -187,7 +186,7 @@ enum ScrubCmd {
 enum DevCmd {
     /// Start a single-node appliance (or with --nodes N, a local cluster) in the
     /// foreground on file-backed drives.
-    Up(dev::UpArgs),
+    Up(Box<dev::UpArgs>),
     /// The nodes `dev up` runs: ids, S3 endpoints, daemon pids.
     Status {
         #[arg(long, default_value = "./cairn-data")]
@@ -314,7 +313,7 @@ async fn main() -> std::process::ExitCode {
     let res = match cli.cmd {
         Cmd::Dev {
             cmd: DevCmd::Up(args),
-        } => dev::up(args).await,
+        } => dev::up(*args).await,
         Cmd::Dev {
             cmd: DevCmd::Status { data, json },
         } => dev::status(&data, json),
@@ -355,7 +354,7 @@ async fn main() -> std::process::ExitCode {
         },
         Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Drives { target, json } => drives::show(&target, json).await,
-        Cmd::Status { data, json } => status::show(&data, json).await,
+        Cmd::Status { target, json } => status::show(&target, json).await,
         Cmd::Gc {
             cmd: Some(GcCmd::Status { target, json }),
             ..

@@ -3,23 +3,36 @@
 
 use crate::NodectlError;
 use cairn_adminapi::NodeStatus;
-use std::path::Path;
 
-pub async fn show(data: &Path, json: bool) -> Result<(), NodectlError> {
-    let state = crate::dev::read_state(data)?;
-    let node = state.node(1)?;
-    let status: NodeStatus = crate::dev::admin_of(data, 1)?
+pub async fn show(target: &crate::cluster::Target, json: bool) -> Result<(), NodectlError> {
+    // A node reached by address says nothing of its S3 endpoint; a local one's
+    // is in the dev state.
+    let s3 = match target.remote() {
+        true => None,
+        false => Some(
+            crate::dev::read_state(&target.data)?
+                .node(target.node)?
+                .s3
+                .clone(),
+        ),
+    };
+    let status: NodeStatus = target
+        .api()?
         .with_timeout(std::time::Duration::from_secs(10))
         .status()
         .await?;
     if json {
         let mut v = serde_json::to_value(&status).unwrap_or_default();
-        v["s3_endpoint"] = format!("http://{}", node.s3).into();
+        if let Some(s3) = &s3 {
+            v["s3_endpoint"] = format!("http://{s3}").into();
+        }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
     println!("Node         {}", status.health);
-    println!("S3           http://{}", node.s3);
+    if let Some(s3) = &s3 {
+        println!("S3           http://{s3}");
+    }
     println!("State        {}", status.data_dir);
     println!("Protection   {}", status.protection);
     println!(

@@ -27,6 +27,17 @@ struct Args {
     /// RESP (Redis protocol) listen address; RESP is off without it.
     #[arg(long, env = "CAIRN_RESP")]
     resp: Option<SocketAddr>,
+    /// SSH admin console listen address (key-only; off without it).
+    #[arg(long, env = "CAIRN_SSH")]
+    ssh: Option<SocketAddr>,
+    /// More authorized-keys files for the SSH console (beside the state
+    /// directory's `ssh/authorized_keys`); lines may start `role=reader`.
+    #[arg(
+        long = "ssh-authorized-keys",
+        env = "CAIRN_SSH_AUTHORIZED_KEYS",
+        value_delimiter = ','
+    )]
+    ssh_authorized_keys: Vec<PathBuf>,
     /// RESP connections served at once; one more is answered "-ERR max number of
     /// clients reached" and closed (Redis's maxclients).
     #[arg(long, env = "CAIRN_RESP_MAX_CLIENTS", default_value_t = 10_000)]
@@ -172,6 +183,8 @@ async fn main() -> std::process::ExitCode {
         s3_domains: args.s3_domains,
         admin: args.admin,
         resp: args.resp,
+        ssh: args.ssh,
+        ssh_authorized_keys: args.ssh_authorized_keys,
         resp_max_clients: args.resp_max_clients.max(1),
         resp_intake: args
             .resp_intake

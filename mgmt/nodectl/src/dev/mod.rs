@@ -57,6 +57,15 @@ pub struct UpArgs {
     /// systemd-resolved, so `http://demo.s3.localhost:9000/key` reaches bucket demo.
     #[arg(long = "s3-domain", default_value = "s3.localhost")]
     s3_domains: Vec<String>,
+    /// SSH admin console listen address (on a local cluster, this port on every
+    /// node's address); off unless given. Keys come with --ssh-key.
+    #[arg(long)]
+    ssh: Option<SocketAddr>,
+    /// An authorized-keys file (OpenSSH public keys, one per line, each
+    /// optionally prefixed `role=reader` or `role=operator`; admin otherwise)
+    /// for the SSH console, e.g. ~/.ssh/id_ed25519.pub. Repeatable.
+    #[arg(long = "ssh-key")]
+    ssh_keys: Vec<PathBuf>,
     /// Admin API listen address of a single node (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     admin: SocketAddr,
@@ -96,6 +105,8 @@ pub(crate) struct Endpoints {
     pub s3: String,
     pub resp: String,
     pub admin: String,
+    /// The SSH console's address, when served.
+    pub ssh: Option<String>,
     /// The internal API other members reach; none on a single node, whose mgmtd
     /// forms a cluster of one on a loopback port of its choosing.
     pub internal: Option<String>,
@@ -150,6 +161,7 @@ fn place(
             s3: args.s3.to_string(),
             resp: args.resp.to_string(),
             admin: admin.to_string(),
+            ssh: args.ssh.map(|a| a.to_string()),
             internal: None,
             datapath: free_port()?.to_string(),
             peer: None,
@@ -170,6 +182,7 @@ fn place(
         s3: format!("{ip}:9000"),
         resp: format!("{ip}:{}", args.resp.port()),
         admin: format!("{ip}:9001"),
+        ssh: args.ssh.map(|a| format!("{ip}:{}", a.port())),
         internal: Some(format!("{ip}:9002")),
         datapath: format!("{local}:7409"),
         peer: Some(format!("{ip}:7410")),
@@ -205,6 +218,22 @@ fn node(
     }
     let mut mg_args = supervisor::mgmtd_args(&dir, &e.s3, &e.admin, &e.datapath, args.drives);
     mg_args.extend(["--resp".to_string(), e.resp.clone()]);
+    if let Some(ssh) = &e.ssh {
+        mg_args.extend(["--ssh".to_string(), ssh.clone()]);
+        let keys: Vec<String> = args
+            .ssh_keys
+            .iter()
+            .map(|k| {
+                std::path::absolute(k)
+                    .unwrap_or_else(|_| k.clone())
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        if !keys.is_empty() {
+            mg_args.extend(["--ssh-authorized-keys".to_string(), keys.join(",")]);
+        }
+    }
     // Every node of a local cluster shares this machine's memory.
     let kv_ram = match &args.kv_ram {
         Some(s) => s.clone(),
@@ -492,6 +521,18 @@ fn invoked_as() -> String {
     }
 }
 
+/// How to reach a node's SSH console, or how to turn it on.
+fn ssh_line(e: &Endpoints, keys: &[PathBuf]) -> String {
+    match (&e.ssh, keys.is_empty()) {
+        (None, _) => "off (dev up --ssh 127.0.0.1:2222 --ssh-key ~/.ssh/id_ed25519.pub)".into(),
+        (Some(a), true) => format!("{a}, no keys yet: add --ssh-key FILE"),
+        (Some(a), false) => {
+            let (host, port) = a.rsplit_once(':').unwrap_or((a, "22"));
+            format!("ssh -p {port} admin@{host} nodectl status")
+        }
+    }
+}
+
 /// A first client command: make a bucket on the data's first start; list the
 /// buckets on a restart (making it again would fail: it exists).
 fn first_s3_command(endpoint: &str, first_start: bool) -> String {
@@ -522,8 +563,16 @@ fn banner(
         );
         for (n, e) in nodes.iter().zip(ends) {
             println!(
-                "  node {}  id {}  S3 http://{}  RESP {}  admin {}",
-                n.n, n.id, e.s3, e.resp, e.admin
+                "  node {}  id {}  S3 http://{}  RESP {}  admin {}{}",
+                n.n,
+                n.id,
+                e.s3,
+                e.resp,
+                e.admin,
+                e.ssh
+                    .as_ref()
+                    .map(|s| format!("  SSH {s}"))
+                    .unwrap_or_default()
             );
         }
         println!(
@@ -570,6 +619,7 @@ fn banner(
          endpoint     {endpoint}\n  \
          RESP         {resp}  (AUTH with the secret key, or access key and secret)\n  \
          metrics      http://{admin}/metrics  (bearer token in {token})\n  \
+         SSH          {ssh}\n  \
          access key   {}\n  \
          secret key   {}\n  \
          credentials  {origin}\n\n\
@@ -586,8 +636,9 @@ fn banner(
         if from_env { "(from the environment)" } else { secret.as_str() },
         data.display(),
         resp = args.resp,
-        admin = args.admin,
+        admin = ends[0].admin,
         token = data.join("state/admin.token").display(),
+        ssh = ssh_line(&ends[0], &args.ssh_keys),
         aws = first_s3_command(&endpoint, first_start),
         resp_host = args.resp.ip(),
         resp_port = args.resp.port(),

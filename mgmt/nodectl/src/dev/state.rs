@@ -20,6 +20,9 @@ pub struct DevNode {
     pub s3: String,
     pub resp: String,
     pub admin: String,
+    /// The SSH console's address, when `dev up --ssh` serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
     /// Empty on a single node, which no other node reaches.
     pub internal: String,
     pub datapath: String,
@@ -61,6 +64,7 @@ pub(super) fn write(
                 id: n.id.clone(),
                 s3: e.s3.clone(),
                 resp: e.resp.clone(),
+                ssh: e.ssh.clone(),
                 admin: e.admin.clone(),
                 internal: e.internal.clone().unwrap_or_default(),
                 datapath: e.datapath.clone(),

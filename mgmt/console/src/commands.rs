@@ -1,0 +1,186 @@
+//! What a console line runs: nodectl's commands against this node's admin API
+//! with the session's token, and a few diagnostics. No general shell.
+
+use crate::ConsoleConfig;
+use tokio::process::Command;
+
+/// What a command printed and how it ended.
+pub(crate) struct Ran {
+    pub out: Vec<u8>,
+    pub err: Vec<u8>,
+    pub code: u32,
+}
+
+impl Ran {
+    fn refused(msg: String) -> Ran {
+        Ran {
+            out: Vec::new(),
+            err: format!("{msg}\n").into_bytes(),
+            code: 2,
+        }
+    }
+}
+
+pub(crate) const HELP: &str = "\
+Commands (run as this SSH key's role, through the node's admin API):
+  nodectl ARGS...     any nodectl command for this node, e.g. `nodectl cluster status`
+                      (`nodectl` may be left out: `status`, `scrub start`)
+  logs [N]            the last N lines (default 50) of mgmtd's log
+  dmesg [N]           the last N kernel messages
+  network             addresses of the node's interfaces
+  help                this list
+  exit                end the session
+";
+
+/// nodectl's subcommands a console may not run: `dev` starts and stops local
+/// daemons of a development cluster, `nodeos` manages the image's slots on the
+/// machine running it. Neither goes through the admin API.
+const LOCAL_ONLY: &[&str] = &["dev", "nodeos"];
+
+/// Splits a command line into words, honouring single and double quotes.
+pub(crate) fn words(line: &str) -> Result<Vec<String>, String> {
+    let (mut out, mut cur, mut quote, mut any) = (Vec::new(), String::new(), None, false);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                any = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            (None, c) => cur.push(c),
+        }
+    }
+    if quote.is_some() {
+        return Err("unterminated quote".into());
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// Runs one line of the console.
+pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
+    let w = match words(line) {
+        Ok(w) => w,
+        Err(e) => return Ran::refused(e),
+    };
+    let Some(first) = w.first() else {
+        return Ran {
+            out: Vec::new(),
+            err: Vec::new(),
+            code: 0,
+        };
+    };
+    let n = |i: usize, default: usize| {
+        w.get(i)
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or(default)
+            .min(10_000)
+    };
+    match first.as_str() {
+        "help" => Ran {
+            out: HELP.as_bytes().to_vec(),
+            err: Vec::new(),
+            code: 0,
+        },
+        "logs" => logs(cfg, n(1, 50)).await,
+        "dmesg" => {
+            let r = output(&mut Command::new("dmesg")).await;
+            tail(r, n(1, 50))
+        }
+        "network" => output(Command::new("ip").args(["-brief", "address"])).await,
+        _ => {
+            let args = if first == "nodectl" { &w[1..] } else { &w[..] };
+            if args
+                .first()
+                .is_some_and(|a| LOCAL_ONLY.contains(&a.as_str()))
+            {
+                return Ran::refused(format!(
+                    "`nodectl {}` is not available in the console: it acts on the local machine, not through the admin API",
+                    args[0]
+                ));
+            }
+            let mut c = Command::new(&cfg.nodectl);
+            c.args(args)
+                .env("CAIRN_ADMIN", &cfg.admin)
+                .env("CAIRN_ADMIN_TOKEN", token)
+                .env_remove("CAIRN_ROOT_SECRET_KEY");
+            output(&mut c).await
+        }
+    }
+}
+
+async fn output(c: &mut Command) -> Ran {
+    c.stdin(std::process::Stdio::null()).kill_on_drop(true);
+    match c.output().await {
+        Ok(o) => Ran {
+            out: o.stdout,
+            err: o.stderr,
+            code: o.status.code().map_or(1, |c| c as u32),
+        },
+        Err(e) => Ran::refused(format!(
+            "{}: {e}",
+            c.as_std().get_program().to_string_lossy()
+        )),
+    }
+}
+
+fn tail(mut r: Ran, n: usize) -> Ran {
+    let text = String::from_utf8_lossy(&r.out).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    r.out = (lines[from..].join("\n") + "\n").into_bytes();
+    r
+}
+
+/// mgmtd's log: its file under `log_dir` when the node logs to files (a
+/// `nodectl dev up` node), else journald's.
+async fn logs(cfg: &ConsoleConfig, n: usize) -> Ran {
+    if let Some(f) = cfg.log_dir.as_ref().map(|d| d.join("mgmtd.log")) {
+        if let Ok(text) = tokio::fs::read(&f).await {
+            return tail(
+                Ran {
+                    out: text,
+                    err: Vec::new(),
+                    code: 0,
+                },
+                n,
+            );
+        }
+    }
+    output(Command::new("journalctl").args([
+        "-u",
+        "cairn-mgmtd",
+        "-n",
+        &n.to_string(),
+        "--no-pager",
+    ]))
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+
+    #[test]
+    fn splits_like_a_shell() {
+        assert_eq!(
+            words("  nodectl  cluster status ").unwrap(),
+            ["nodectl", "cluster", "status"]
+        );
+        assert_eq!(
+            words("tenant create 'a b' \"\"").unwrap(),
+            ["tenant", "create", "a b", ""]
+        );
+        assert!(words("echo 'open").is_err());
+        assert!(words("   ").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,205 @@
+//! The SSH admin console with stock OpenSSH: a configured key runs nodectl
+//! commands (exec and an interactive session), a reader's key is refused a
+//! mutation by the admin API's access layer (and audited as the session), an
+//! unknown key and passwords are refused and logged, a client that disconnects
+//! mid-command leaves the console serving, and the host key outlives a restart.
+
+use cairn_it::{Node, NodeOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn keygen(dir: &Path, name: &str) -> PathBuf {
+    let key = dir.join(name);
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    key
+}
+
+fn ssh(port: &str, key: &Path, extra: &[&str], command: &[&str]) -> Command {
+    let mut c = Command::new("ssh");
+    c.args([
+        "-p",
+        port,
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+    ])
+    .args([
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "IdentitiesOnly=yes",
+        "-i",
+    ])
+    .arg(key)
+    .args(extra)
+    .arg("admin@127.0.0.1")
+    .args(command);
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.stdin(Stdio::null()).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn console_with_openssh() {
+    let keys = tempfile::tempdir().unwrap();
+    let admin_key = keygen(keys.path(), "alice@ops");
+    let reader_key = keygen(keys.path(), "bob@readonly");
+    let stranger = keygen(keys.path(), "mallory");
+    let authorized = keys.path().join("authorized_keys");
+    std::fs::write(
+        &authorized,
+        format!(
+            "# the node's operators\n{}role=reader {}",
+            std::fs::read_to_string(admin_key.with_extension("pub")).unwrap(),
+            std::fs::read_to_string(reader_key.with_extension("pub")).unwrap()
+        ),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let addr: &'static str = Box::leak(format!("127.0.0.1:{port}").into_boxed_str());
+    let keyfile: &'static str = Box::leak(authorized.display().to_string().into_boxed_str());
+    let mut node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_SSH", addr), ("CAIRN_SSH_AUTHORIZED_KEYS", keyfile)],
+        ..Default::default()
+    });
+
+    // exec: the admin's key runs nodectl against this node.
+    let o = run(&mut ssh(&port, &admin_key, &[], &["nodectl", "status"]));
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("healthy"), "{}", text(&o.stdout));
+    let o = run(&mut ssh(&port, &admin_key, &[], &["scrub", "status"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    // The reader reads, and is refused a mutation by the API, with its reason.
+    let o = run(&mut ssh(
+        &port,
+        &reader_key,
+        &[],
+        &["nodectl", "cluster", "status"],
+    ));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run(&mut ssh(
+        &port,
+        &reader_key,
+        &[],
+        &["nodectl", "scrub", "start"],
+    ));
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("needs the operator role"),
+        "{}",
+        text(&o.stderr)
+    );
+    // No general shell, and no local-machine commands.
+    let o = run(&mut ssh(&port, &admin_key, &[], &["sh", "-c", "id"]));
+    assert!(!o.status.success());
+    let o = run(&mut ssh(
+        &port,
+        &admin_key,
+        &[],
+        &["nodectl", "dev", "stop", "1"],
+    ));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+
+    // An unknown key, and passwords: refused (ssh exits 255), and logged.
+    let o = run(&mut ssh(&port, &stranger, &[], &["status"]));
+    assert_eq!(o.status.code(), Some(255));
+    assert!(
+        text(&o.stderr).contains("Permission denied (publickey)"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(&mut ssh(
+        &port,
+        &stranger,
+        &[
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "PreferredAuthentications=password,keyboard-interactive",
+        ],
+        &["status"],
+    ));
+    assert_eq!(o.status.code(), Some(255));
+    let log = std::fs::read_to_string(node.dir.path().join("mgmtd.log")).unwrap();
+    assert!(log.contains("SSH key refused"), "refusal not logged");
+
+    // Interactive, with a terminal: the prompt, a command, exit.
+    let mut c = ssh(&port, &admin_key, &["-tt"], &[]);
+    let mut child = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stdin.write_all(b"status\r").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        stdin.write_all(b"exit\r").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let o = child.wait_with_output().unwrap();
+    let shown = text(&o.stdout);
+    assert!(o.status.success(), "{shown}");
+    assert!(
+        shown.contains("cairn> ") && shown.contains("healthy"),
+        "{shown}"
+    );
+
+    // A client gone mid-command: the console goes on serving.
+    let mut gone = ssh(&port, &admin_key, &[], &["nodectl", "gc", "--wait"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    gone.kill().unwrap();
+    let _ = gone.wait();
+    let o = run(&mut ssh(&port, &admin_key, &[], &["status"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    // The session is who the audit table names.
+    let audit = node.admin("GET", "/v1/audit?limit=1000");
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["who"] == "ssh:bob@readonly"
+                && e["action"] == "scrub_start"
+                && e["status"] == 403),
+        "{audit:#}"
+    );
+
+    // The host key: made once, owner-only, the same after a restart.
+    let host = node.state_dir().join("ssh/ssh_host_ed25519_key");
+    let before = std::fs::read(&host).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&host).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    node.restart();
+    let o = run(&mut ssh(&port, &admin_key, &[], &["status"]));
+    assert!(o.status.success(), "after restart: {}", text(&o.stderr));
+    assert_eq!(std::fs::read(&host).unwrap(), before);
+}
