@@ -42,6 +42,11 @@ class Cluster:
         return json.loads(sh(self.nodectl, "cluster", "status", "--json", "--data", self.data,
                              "--node", str(node)))
 
+    def health(self, node):
+        """`nodectl cluster health`'s exit code (0 healthy, 1 degraded, 2 unavailable)."""
+        return subprocess.run([self.nodectl, "cluster", "health", "--data", self.data,
+                               "--node", str(node)], capture_output=True, text=True).returncode
+
     def partition(self, nodes):
         sh(self.nodectl, "dev", "partition", ",".join(map(str, nodes)), "--data", self.data)
 
@@ -238,6 +243,8 @@ def main():
     read_all(survivors, f"with {len(victims)} nodes down")
     st = c.status(survivors[0])
     print(f"status with nodes down: {st['objects']}", flush=True)
+    if (code := c.health(survivors[0])) != 1:
+        sys.exit(f"FAIL: cluster health with nodes down exited {code}, not 1 (degraded)")
     bad = hist.check()
     if bad:
         sys.exit(f"FAIL: history checker: {len(bad)} stale or unknown reads, e.g. {bad[:3]}")
@@ -251,6 +258,8 @@ def main():
     t = time.time()
     st = wait_protected(c, survivors[0], a.protect_timeout, "restart")
     print(f"nodes back: full protection after {time.time()-t:.1f} s: {st['objects']}", flush=True)
+    if (code := c.health(survivors[0])) != 0:
+        sys.exit(f"FAIL: cluster health with every node back exited {code}, not 0")
     read_all([n["node"] for n in nodes], "after restart")
     scrub_check(c, nodes)
     resp_check(nodes, key, secret)

@@ -84,6 +84,56 @@ pub async fn token(t: &Target) -> Result<(), NodectlError> {
     Ok(())
 }
 
+/// `nodectl cluster health`: prints healthy, degraded or unavailable with the
+/// reasons, and exits 0, 1 or 2.
+pub async fn health(t: &Target, json: bool) -> Result<(), NodectlError> {
+    let api = t.api()?.with_timeout(std::time::Duration::from_secs(10));
+    let (word, code, why): (&str, i32, Vec<String>) = match api.cluster_status().await {
+        Err(e) => ("unavailable", 2, vec![e.to_string()]),
+        Ok(s) if s.cluster_id.is_empty() => (
+            "unavailable",
+            2,
+            vec!["this node is not part of a cluster".into()],
+        ),
+        Ok(s) if s.leader.is_none() => (
+            "unavailable",
+            2,
+            vec!["no leader: no quorum of voters".into()],
+        ),
+        Ok(s) => {
+            let mut why: Vec<String> = s
+                .nodes
+                .iter()
+                .filter(|n| n.state != "up")
+                .map(|n| format!("node {} is {}", n.id, n.state))
+                .collect();
+            let o = &s.objects;
+            if !s.fully_protected {
+                why.push(format!(
+                    "{} objects degraded, {} lost, {} fragments missing",
+                    o.degraded, o.lost, o.fragments_missing
+                ));
+            }
+            match why.is_empty() {
+                true => ("healthy", 0, why),
+                false => ("degraded", 1, why),
+            }
+        }
+    };
+    if json {
+        println!("{}", serde_json::json!({"health": word, "reasons": why}));
+    } else {
+        println!("{word}");
+        for w in &why {
+            println!("  {w}");
+        }
+    }
+    if code != 0 {
+        std::process::exit(code);
+    }
+    Ok(())
+}
+
 pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
     let s: ClusterStatus = t.api()?.cluster_status().await?;
     if json {

@@ -261,6 +261,15 @@ enum ClusterCmd {
         #[command(flatten)]
         target: cluster::Target,
     },
+    /// One word for scripts and monitors, and the exit code: 0 healthy, 1
+    /// degraded (a node down, an object short of a fragment), 2 unavailable (the
+    /// node unreachable, no leader).
+    Health {
+        #[command(flatten)]
+        target: cluster::Target,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -343,6 +352,7 @@ async fn main() -> std::process::ExitCode {
             } => cluster::join(&target, &seed, &token).await,
             ClusterCmd::Status { target, json } => cluster::status(&target, json).await,
             ClusterCmd::Token { target } => cluster::token(&target).await,
+            ClusterCmd::Health { target, json } => cluster::health(&target, json).await,
         },
         Cmd::Node { cmd } => match cmd {
             NodeCmd::Drain { id, target } => cluster::drain(&target, &id).await,

@@ -62,6 +62,9 @@ pub fn datapathd_args(
     Ok(a)
 }
 
+/// The SSH console's authorized keys from node.toml, in the run directory.
+pub const SSH_KEYS: &str = "ssh_authorized_keys";
+
 /// mgmtd's arguments (flags of `mgmt/mgmtd/src/bin/mgmtd.rs`).
 pub fn mgmtd_args(
     cfg: &NodeConfig,
@@ -92,6 +95,12 @@ pub fn mgmtd_args(
     for d in &cfg.s3.domains {
         a.push("--s3-domain".into());
         a.push(d.clone());
+    }
+    if let Some(ssh) = cfg.ssh.listen {
+        a.push("--ssh".into());
+        a.push(ssh.to_string());
+        a.push("--ssh-authorized-keys".into());
+        a.push(run.join(SSH_KEYS).display().to_string());
     }
     if let (Mode::Cluster, Some(c)) = (cfg.mode, &cfg.cluster) {
         a.push("--internal".into());
@@ -169,6 +178,10 @@ pub fn write_env_files(
     m.push_str(&env_line("CAIRN_ROOT_ACCESS_KEY", &cfg.s3.access_key));
     m.push_str(&env_line("CAIRN_ROOT_SECRET_KEY", &cfg.s3.secret_key));
     write_private(&paths.run.join("mgmtd.env"), m.as_bytes())?;
+    // Rewritten at each boot from node.toml: the config is the keys' source.
+    let mut keys = cfg.ssh.authorized_keys.join("\n");
+    keys.push('\n');
+    write_private(&paths.run.join(SSH_KEYS), keys.as_bytes())?;
     write_file(
         &paths.run.join("ready.env"),
         env_line("CAIRN_ADMIN", &local_addr(cfg.admin.listen).to_string()).as_bytes(),

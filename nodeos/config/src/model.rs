@@ -29,6 +29,19 @@ pub struct NodeConfig {
     pub sysctl: BTreeMap<String, SysctlValue>,
     #[serde(default)]
     pub network: Network,
+    #[serde(default)]
+    pub ssh: Ssh,
+}
+
+/// The SSH admin console: off unless `listen` is set (put it on the management
+/// network's address). Key-only: `authorized_keys` are OpenSSH public-key lines,
+/// each optionally prefixed `role=reader ` or `role=operator ` (admin otherwise).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Ssh {
+    pub listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub authorized_keys: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -26,7 +26,8 @@ fn example_config_parses() {
     assert_eq!(c.mode, Mode::Single);
     assert_eq!(c.s3.listen.port(), 9000);
     assert!(c.drives.all_nvme);
-    assert_eq!(c.network.interface[0].name.as_deref(), Some("eth0"));
+    assert!(c.network.interface[0].mac.is_some());
+    assert_eq!(c.ssh.listen, Some("10.0.2.15:22".parse().unwrap()));
     assert_eq!(
         c.network.interface[0].addresses[0],
         "10.0.2.15/24".parse().unwrap()
