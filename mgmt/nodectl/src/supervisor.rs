@@ -78,8 +78,20 @@ impl Daemon {
             };
             if let Ok(Some(status)) = child.try_wait() {
                 self.child = None;
+                // The daemon's own last words say why (a port in use, a bad
+                // drive): shown here, not only in the log.
+                let why = std::fs::read_to_string(&self.log)
+                    .ok()
+                    .and_then(|l| {
+                        l.lines()
+                            .rev()
+                            .find(|l| !l.trim().is_empty())
+                            .map(str::to_string)
+                    })
+                    .map(|l| format!(": {}", l.trim()))
+                    .unwrap_or_default();
                 return Err(NodectlError::Daemon(format!(
-                    "{} exited during start-up ({status}); see {}",
+                    "{} exited during start-up ({status}){why}; see {}",
                     self.name,
                     self.log.display()
                 )));
