@@ -82,13 +82,8 @@ impl Daemon {
                 // drive): shown here, not only in the log.
                 let why = std::fs::read_to_string(&self.log)
                     .ok()
-                    .and_then(|l| {
-                        l.lines()
-                            .rev()
-                            .find(|l| !l.trim().is_empty())
-                            .map(str::to_string)
-                    })
-                    .map(|l| format!(": {}", l.trim()))
+                    .and_then(|log| last_words(&log, self.name))
+                    .map(|l| format!(": {l}"))
                     .unwrap_or_default();
                 return Err(NodectlError::Daemon(format!(
                     "{} exited during start-up ({status}){why}; see {}",
@@ -476,4 +471,38 @@ pub(crate) async fn supervise(
     eprintln!("nodectl: stopping");
     stop_all(nodes).await;
     Ok(())
+}
+
+/// Why a daemon gave up, from its log: its own fatal line (`mgmtd: …`), else its
+/// last ERROR, else its last line (what it logs while shutting down comes after
+/// the reason).
+fn last_words(log: &str, name: &str) -> Option<String> {
+    let lines = || log.lines().rev().map(str::trim).filter(|l| !l.is_empty());
+    let own = format!("{name}: ");
+    lines()
+        .find(|l| l.starts_with(&own))
+        .or_else(|| lines().find(|l| l.contains(" ERROR ")))
+        .or_else(|| lines().next())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_words;
+
+    #[test]
+    fn a_daemons_last_words_are_its_reason_not_its_shutdown_chatter() {
+        let log = "INFO up\nmgmtd: bind S3 on 127.0.0.1:9000: Address already in use\nINFO openraft::core: shutdown\n\n";
+        assert_eq!(
+            last_words(log, "mgmtd").unwrap(),
+            "mgmtd: bind S3 on 127.0.0.1:9000: Address already in use"
+        );
+        let log = "x ERROR drive 2 unreadable\ny INFO stopping\n";
+        assert_eq!(
+            last_words(log, "datapathd").unwrap(),
+            "x ERROR drive 2 unreadable"
+        );
+        assert_eq!(last_words("only\n", "mgmtd").unwrap(), "only");
+        assert!(last_words("", "mgmtd").is_none());
+    }
 }
