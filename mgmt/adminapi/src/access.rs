@@ -42,7 +42,8 @@ impl Role {
 
 impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        // `pad`: widths in a table's format string apply.
+        f.pad(self.name())
     }
 }
 

@@ -23,8 +23,9 @@ impl Ran {
 
 pub(crate) const HELP: &str = "\
 Commands (run as this SSH key's role, through the node's admin API):
-  nodectl ARGS...     any nodectl command for this node, e.g. `nodectl cluster status`
-                      (`nodectl` may be left out: `status`, `scrub start`)
+  nodectl ARGS...     nodectl's commands for this node: status, drives, cluster, scrub,
+                      gc, tenant, user, key, kv, token, audit (e.g. `nodectl cluster
+                      status`; `nodectl` may be left out: `status`, `scrub start`)
   logs [N]            the last N lines (default 50) of mgmtd's log
   dmesg [N]           the last N kernel messages
   network             addresses of the node's interfaces
@@ -32,10 +33,21 @@ Commands (run as this SSH key's role, through the node's admin API):
   exit                end the session
 ";
 
-/// nodectl's subcommands a console may not run: `dev` starts and stops local
-/// daemons of a development cluster, `nodeos` manages the image's slots on the
-/// machine running it. Neither goes through the admin API.
-const LOCAL_ONLY: &[&str] = &["dev", "nodeos"];
+/// nodectl's subcommands a console runs: those that act only through the admin
+/// API, where the session's role is checked and the call audited. Everything
+/// else is refused: `dev` (local daemons), `flash` (writes a file or device),
+/// `node` (the image's slots, updates and reboots) act on the machine itself.
+pub(crate) const THROUGH_THE_API: &[&str] = &[
+    "audit", "cluster", "drives", "gc", "key", "kv", "scrub", "status", "tenant", "token", "user",
+];
+
+/// Options that would point nodectl at another node, another token or a local
+/// directory: the session's node and token are the console's to choose (an
+/// `--admin` of the caller's would send the session's token to any host).
+const STEERING: &[&str] = &["--admin", "--token-file", "--data", "--node"];
+
+/// The longest command line taken (a line is a command, not a payload).
+pub(crate) const MAX_LINE: usize = 4096;
 
 /// Splits a command line into words, honouring single and double quotes.
 pub(crate) fn words(line: &str) -> Result<Vec<String>, String> {
@@ -68,6 +80,9 @@ pub(crate) fn words(line: &str) -> Result<Vec<String>, String> {
 
 /// Runs one line of the console.
 pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
+    if line.len() > MAX_LINE {
+        return Ran::refused(format!("a command line is at most {MAX_LINE} bytes"));
+    }
     let w = match words(line) {
         Ok(w) => w,
         Err(e) => return Ran::refused(e),
@@ -168,7 +183,8 @@ async fn logs(cfg: &ConsoleConfig, n: usize) -> Ran {
 
 #[cfg(test)]
 mod tests {
-    use super::words;
+    use super::{words, MAX_LINE};
+    use crate::ConsoleConfig;
 
     #[test]
     fn splits_like_a_shell() {
@@ -182,5 +198,44 @@ mod tests {
         );
         assert!(words("echo 'open").is_err());
         assert!(words("   ").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn only_commands_through_the_api_and_never_another_target() {
+        let cfg = ConsoleConfig {
+            state: "/nonexistent".into(),
+            authorized_keys: Vec::new(),
+            admin: "127.0.0.1:1".into(),
+            // Would run if a line got through: `true` exits 0.
+            nodectl: "/bin/true".into(),
+            log_dir: None,
+        };
+        for line in [
+            "flash --force --yes /etc/passwd /tmp/x",
+            "nodectl flash a b",
+            "node rollback",
+            "node update http://example.com/",
+            "dev stop 1",
+            "nodectl",
+            "sh -c id",
+            "status --admin 10.0.0.1:9001",
+            "status --admin=10.0.0.1:9001",
+            "status --token-file /etc/shadow",
+            "nodectl status --data /",
+            "status --node 2",
+        ] {
+            let r = super::run(&cfg, "t", line).await;
+            assert_eq!(r.code, 2, "{line} ran");
+        }
+        let long = format!("status {}", "x".repeat(MAX_LINE));
+        assert_eq!(super::run(&cfg, "t", &long).await.code, 2);
+        // What is allowed runs (here, `true`), options of its own included.
+        for line in [
+            "status",
+            "nodectl cluster status --json",
+            "kv pool create t p --nodes a,b",
+        ] {
+            assert_eq!(super::run(&cfg, "t", line).await.code, 0, "{line}");
+        }
     }
 }

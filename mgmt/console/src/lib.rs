@@ -11,7 +11,9 @@
 //! A session runs nodectl itself (the same code path as the CLI) against this
 //! node's admin API with a token minted for the session and the key's role, so
 //! the admin API's one access layer decides what the session may do, and its
-//! audit names the session (`ssh:<key comment>`). There is no general shell.
+//! audit names the session (`ssh:<key comment>`). Only nodectl's commands that act
+//! through that API are run, never with options pointing elsewhere (another node,
+//! token file or data directory). There is no general shell.
 
 mod commands;
 mod keys;

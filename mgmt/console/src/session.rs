@@ -16,8 +16,19 @@ const PROMPT: &str = "cairn> ";
 /// First words Tab completes: nodectl's commands a console runs, and its own.
 const WORDS: &[&str] = &[
     "audit", "cluster", "dmesg", "drives", "exit", "gc", "help", "key", "kv", "logs", "network",
-    "nodectl", "qos", "scrub", "status", "tenant", "token", "user",
+    "nodectl", "scrub", "status", "tenant", "token", "user",
 ];
+
+/// Lines of history kept per console.
+const HISTORY: usize = 100;
+
+/// A line as logged: at most 256 characters.
+fn truncated(line: &str) -> &str {
+    match line.char_indices().nth(256) {
+        Some((i, _)) => &line[..i],
+        None => line,
+    }
+}
 
 pub(crate) struct Server {
     pub cfg: Arc<ConsoleConfig>,
@@ -125,6 +136,9 @@ impl Conn {
             Self::say(session, channel, pty, b"\n")?;
         }
         if !line.is_empty() && c.history.last() != Some(&line) {
+            if c.history.len() >= HISTORY {
+                c.history.remove(0);
+            }
             c.history.push(line.clone());
         }
         c.at = c.history.len();
@@ -136,7 +150,8 @@ impl Conn {
             .as_ref()
             .map(|l| l.key.name.clone())
             .unwrap_or_default();
-        tracing::info!(key = %who, %line, "SSH console command");
+        // Debug-formatted: a newline in a line cannot forge a log line.
+        tracing::info!(key = %who, line = ?truncated(&line), "SSH console command");
         let r = commands::run(&self.cfg, self.token(), &line).await;
         Self::say(session, channel, pty, &r.out)?;
         Self::say(session, channel, pty, &r.err)?;
@@ -242,7 +257,7 @@ impl russh::server::Handler for Conn {
             .as_ref()
             .map(|l| l.key.name.clone())
             .unwrap_or_default();
-        tracing::info!(key = %who, %line, "SSH exec");
+        tracing::info!(key = %who, line = ?truncated(&line), "SSH exec");
         let pty = self.consoles.get(&channel).is_some_and(|c| c.pty);
         let r = commands::run(&self.cfg, self.token(), &line).await;
         Self::say(session, channel, pty, &r.out)?;
@@ -327,7 +342,9 @@ impl russh::server::Handler for Conn {
                         Self::redraw(session, channel, c)?;
                     }
                 }
-                b if b >= 0x20 => {
+                // A line past the limit is not kept growing: the command will
+                // be refused for its length.
+                b if b >= 0x20 && c.line.len() <= commands::MAX_LINE => {
                     c.line.push(b as char);
                     if pty {
                         session.data(channel, vec![b])?;

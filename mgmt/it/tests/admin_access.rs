@@ -147,6 +147,25 @@ async fn roles_tokens_and_audit() {
         api.call(local, "GET", "/v1/no/such/action", None).await.0,
         404
     );
+    // Other methods on a known route: HEAD is a GET (and needs its token), the
+    // rest are no action at all.
+    assert_eq!(api.call("", "HEAD", "/v1/status", None).await.0, 401);
+    assert_eq!(api.call(&reader, "HEAD", "/v1/status", None).await.0, 200);
+    for m in ["PUT", "OPTIONS", "TRACE"] {
+        assert_eq!(api.call("", m, "/v1/status", None).await.0, 404, "{m}");
+    }
+    // Names that could disguise themselves in lists and logs.
+    for name in ["\u{202e}evil", "tab\there", "\u{e9}t\u{e9}"] {
+        let (st, v) = api
+            .call(
+                local,
+                "POST",
+                "/v1/admin/tokens",
+                Some(json!({"name": name, "role": "reader"})),
+            )
+            .await;
+        assert_eq!(st, 400, "{name:?}: {v}");
+    }
     assert_eq!(
         api.call(local, "DELETE", "/v1/admin/tokens/0123456789abcdef", None)
             .await

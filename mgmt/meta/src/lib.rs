@@ -410,6 +410,12 @@ impl MetaStore {
                 Ok(db)
             },
         )?);
+        // Owner-only: the metadata holds wrapped keys and token hashes (redb
+        // creates the file with the process's umask).
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+        }
         // Tables added by later versions are made, and usage built once, before
         // anything reads them.
         {
@@ -420,6 +426,8 @@ impl MetaStore {
             tx.open_table(identity::TENANT_KEYS)?;
             tx.open_table(usage::BUCKET_USAGE)?;
             tx.open_table(usage::TENANT_USAGE)?;
+            tx.open_table(admin::ADMIN_TOKENS)?;
+            tx.open_table(admin::AUDIT)?;
             usage::rebuild(&tx, false)?;
             tx.commit()?;
         }
