@@ -114,13 +114,22 @@ pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
         "network" => output(Command::new("ip").args(["-brief", "address"])).await,
         _ => {
             let args = if first == "nodectl" { &w[1..] } else { &w[..] };
-            if args
-                .first()
-                .is_some_and(|a| LOCAL_ONLY.contains(&a.as_str()))
-            {
+            let Some(sub) = args.first() else {
+                return Ran::refused("nodectl what? `help` lists the commands".into());
+            };
+            if !THROUGH_THE_API.contains(&sub.as_str()) {
                 return Ran::refused(format!(
-                    "`nodectl {}` is not available in the console: it acts on the local machine, not through the admin API",
-                    args[0]
+                    "`{sub}` is not a console command: the console runs nodectl's {} (through the admin API), and `help`",
+                    THROUGH_THE_API.join(", ")
+                ));
+            }
+            if let Some(a) = args.iter().find(|a| {
+                STEERING
+                    .iter()
+                    .any(|s| *a == s || a.starts_with(&format!("{s}=")))
+            }) {
+                return Ran::refused(format!(
+                    "{a}: the console's commands act on this node with this session's role"
                 ));
             }
             let mut c = Command::new(&cfg.nodectl);
