@@ -165,11 +165,27 @@ fn tail(mut r: Ran, n: usize) -> Ran {
     r
 }
 
+/// The most of a log file `logs` reads: its end, not the whole file (a log
+/// grows to gigabytes; 10,000 lines fit).
+const LOG_TAIL: u64 = 4 << 20;
+
+/// The last `most` bytes of a file.
+async fn read_tail(path: &std::path::Path, most: u64) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut f = tokio::fs::File::open(path).await?;
+    let len = f.metadata().await?.len();
+    f.seek(std::io::SeekFrom::Start(len.saturating_sub(most)))
+        .await?;
+    let mut out = Vec::with_capacity(most.min(len) as usize);
+    f.take(most).read_to_end(&mut out).await?;
+    Ok(out)
+}
+
 /// mgmtd's log: its file under `log_dir` when the node logs to files (a
 /// `nodectl dev up` node), else journald's.
 async fn logs(cfg: &ConsoleConfig, n: usize) -> Ran {
     if let Some(f) = cfg.log_dir.as_ref().map(|d| d.join("mgmtd.log")) {
-        if let Ok(text) = tokio::fs::read(&f).await {
+        if let Ok(text) = read_tail(&f, LOG_TAIL).await {
             return tail(
                 Ran {
                     out: text,
@@ -207,6 +223,20 @@ mod tests {
         );
         assert!(words("echo 'open").is_err());
         assert!(words("   ").unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn logs_read_only_the_end_of_the_file() {
+        let dir = std::env::temp_dir().join(format!("cairn-console-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("mgmtd.log");
+        std::fs::write(&f, "first\nsecond\nthird\n").unwrap();
+        assert_eq!(super::read_tail(&f, 6).await.unwrap(), b"third\n");
+        assert_eq!(
+            super::read_tail(&f, 1 << 20).await.unwrap(),
+            b"first\nsecond\nthird\n"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]

@@ -92,6 +92,12 @@ fn free_port() -> String {
     l.local_addr().expect("addr").to_string()
 }
 
+/// A free loopback `host:port`, for an endpoint given to mgmtd through
+/// [`NodeOptions::mgmtd_env`] (whose values live as long as the test).
+pub fn free_addr() -> &'static str {
+    Box::leak(free_port().into_boxed_str())
+}
+
 fn wait_file(path: &Path, child: &mut Child, what: &str, log: &Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

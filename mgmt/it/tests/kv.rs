@@ -100,12 +100,7 @@ fn ok() -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kv_tier_end_to_end() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let addr: &'static str = Box::leak(port.into_boxed_str());
+    let addr = cairn_it::free_addr();
     let node = Node::start(NodeOptions {
         mgmtd_env: vec![
             ("CAIRN_RESP", addr),

@@ -7,12 +7,8 @@ use prometheus_parse::{Sample, Scrape, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn start() -> (Node, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let addr: &'static str = Box::leak(port.clone().into_boxed_str());
+    let addr = cairn_it::free_addr();
+    let port = addr.to_string();
     let node = Node::start(NodeOptions {
         mgmtd_env: vec![("CAIRN_RESP", addr)],
         ..Default::default()

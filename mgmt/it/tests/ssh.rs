@@ -69,13 +69,8 @@ fn console_with_openssh() {
         ),
     )
     .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
-    let addr: &'static str = Box::leak(format!("127.0.0.1:{port}").into_boxed_str());
+    let addr = cairn_it::free_addr();
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
     let keyfile: &'static str = Box::leak(authorized.display().to_string().into_boxed_str());
     let mut node = Node::start(NodeOptions {
         mgmtd_env: vec![("CAIRN_SSH", addr), ("CAIRN_SSH_AUTHORIZED_KEYS", keyfile)],

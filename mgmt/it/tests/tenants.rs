@@ -484,12 +484,7 @@ async fn resp(s: &mut tokio::net::TcpStream, args: &[&str]) -> String {
 
 #[tokio::test]
 async fn resp_sessions_follow_their_key_and_expired_keys_go() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let addr: &'static str = Box::leak(port.clone().into_boxed_str());
+    let addr = cairn_it::free_addr();
     let node = Node::start(NodeOptions {
         mgmtd_env: vec![("CAIRN_RESP", addr)],
         ..Default::default()
