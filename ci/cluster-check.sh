@@ -6,7 +6,9 @@
 #     under load, every object read back by hash, restart to full protection, a voter
 #     down until it is replaced that comes back and rejoins within a bound (then two
 #     voters at once), a node
-#     wiped and replaced, a node drained and removed;
+#     wiped and replaced (its chassis a VM behind a simulated BMC, which the
+#     cluster must power off, fencing it, before rebuilding its data), a node
+#     drained and removed;
 #  2. a 6-node cluster in network namespaces (`--netns`, needs root and iproute2):
 #     the leader and one more node cut off under load, then healed;
 #  3. history (only when asked for): ci/history_check.py on a 5-node cluster in
@@ -54,7 +56,7 @@ grep -q 'nodes serving S3' "$DATA/dev-up.log" || { cat "$DATA/dev-up.log"; exit 
 check=(ci/cluster_check.py)
 case $1 in
   partition) check+=(--partition) ;;
-  faults) check+=(--objects 60 --rejoin 2 --rejoin 2,4 --wipe 3 --drain 5) ;;
+  faults) check+=(--objects 60 --rejoin 2 --rejoin 2,4 --wipe 3 --fence --drain 5) ;;
   history) check=(ci/history_check.py) ;;
 esac
 if ! timeout 900 python3 "${check[@]}" --nodectl "$BIN/nodectl" --data "$DATA"; then

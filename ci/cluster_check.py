@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -61,6 +62,68 @@ class Cluster:
 
     def start(self, node):
         sh(self.nodectl, "dev", "start", str(node), "--data", self.data)
+
+
+class Bmc:
+    """ci/bmc-sim.sh: ipmi_sim on a free UDP port, its chassis a QEMU VM."""
+    PASSWORD = "fence-pw-1234"
+
+    def __init__(self):
+        import socket
+        self.dir = tempfile.mkdtemp(prefix="cairn-fence-bmc-")
+        ports = []
+        for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+            s = socket.socket(socket.AF_INET, kind)
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+            s.close()
+        self.port = ports[0]
+        self.proc = subprocess.Popen(
+            [os.path.join(os.path.dirname(os.path.abspath(__file__)), "bmc-sim.sh"),
+             self.dir, str(ports[0]), str(ports[1]), self.PASSWORD],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t = time.time()
+        while "is on" not in self.power():
+            if time.time() - t > 20:
+                sys.exit("FAIL: the simulated BMC did not come up in 20 s")
+            time.sleep(0.3)
+
+    def power(self):
+        return subprocess.run(
+            ["ipmitool", "-I", "lanplus", "-C", "3", "-H", "127.0.0.1", "-p", str(self.port),
+             "-U", "admin", "-P", self.PASSWORD, "power", "status"],
+            capture_output=True, text=True).stdout
+
+    def close(self):
+        self.proc.kill()
+        subprocess.run(["pkill", "-f", self.dir])
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def fence_setup(c, via, node_id):
+    """Gives node `node_id` a BMC with fencing on, through node `via`."""
+    bmc = Bmc()
+    pw = os.path.join(bmc.dir, "pw")
+    with open(pw, "w") as f:
+        f.write(bmc.PASSWORD + "\n")
+    sh(c.nodectl, "node", "bmc", "set", node_id, "--address", f"127.0.0.1:{bmc.port}",
+       "--user", "admin", "--password-file", pw, "--fence", "--data", c.data, "--node", str(via))
+    print(f"node {node_id}: simulated BMC on UDP {bmc.port}, fencing on", flush=True)
+    return bmc
+
+
+def fence_verify(c, via, node_id, bmc):
+    """The node was fenced (its BMC reports power off, its record says when)."""
+    try:
+        show = json.loads(sh(c.nodectl, "node", "bmc", "show", node_id, "--json",
+                             "--data", c.data, "--node", str(via)))[0]
+        power = bmc.power()
+        if not show.get("fenced_ms") or "is off" not in power:
+            sys.exit(f"FAIL: node {node_id} rebuilt without being fenced: {show} / {power}")
+        print(f"node {node_id} was fenced before its data was rebuilt "
+              f"(BMC: {power.strip()})", flush=True)
+    finally:
+        bmc.close()
 
 
 def client(endpoint, key, secret):
@@ -134,6 +197,10 @@ def main():
                          "serving S3 promptly, and the cluster fully protected within "
                          "--rejoin-bound seconds (repeatable: one round each)")
     ap.add_argument("--rejoin-bound", type=float, default=90)
+    ap.add_argument("--fence", action="store_true",
+                    help="with --wipe: the wiped node's chassis is a QEMU VM behind a "
+                         "simulated BMC (ci/bmc-sim.sh, set with --fence); the cluster must "
+                         "power it off before it rebuilds the node's data")
     ap.add_argument("--drain", type=int, default=0,
                     help="then drain this node: removal is refused while it holds "
                          "fragments, allowed once repair has moved them all, and every "
@@ -274,6 +341,7 @@ def main():
         w = a.wipe
         entry = [n for n in c.dev()["nodes"] if n["node"] == w][0]
         old = entry["id"]
+        bmc = fence_setup(c, survivors[0], old) if a.fence else None
         c.stop(w)
         for sub in ("drives", "state"):
             shutil.rmtree(os.path.join(entry["dir"], sub), ignore_errors=True)
@@ -300,6 +368,8 @@ def main():
             sys.exit(f"FAIL: wiped node's share not rebuilt in {a.protect_timeout:.0f} s: {st}")
         print(f"node {w} rejoined as {new}; its share rebuilt, full protection after "
               f"{time.time()-t:.1f} s (repair: {st['repair']})", flush=True)
+        if bmc:
+            fence_verify(c, survivors[0], old, bmc)
         sh(c.nodectl, "node", "remove", old, "--data", c.data, "--node", str(survivors[0]))
         st = c.status(survivors[0])
         if any(n["id"] == old for n in st["nodes"]) or not st["fully_protected"]:

@@ -5,12 +5,14 @@
 # (redis-tools) for the RESP checks, the KV check's clients (redis-py, awscrt) and
 # reference (redis-server), iproute2 (clusters in network namespaces), the image
 # build's tools (mmdebstrap, erofs, GPT and FAT without loop mounts) and QEMU with
-# OVMF, busybox and kmod (the VM tests in hwtests/). Idempotent; run as root.
+# OVMF, busybox and kmod (the VM tests in hwtests/), OpenIPMI's ipmi_sim and
+# ipmitool (simulated BMCs: ci/bmc-sim.sh), chromium (the status page's test).
+# Idempotent; run as root.
 set -euo pipefail
 need_apt=()
 for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip \
     redis-tools redis-server iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
-    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs openssh-client; do
+    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs openssh-client openipmi ipmitool chromium; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if ((${#need_apt[@]})); then

@@ -139,6 +139,14 @@ actions! {
     AdminTokenCreate = Post routes::ADMIN_TOKENS, Admin;
     AdminTokenRevoke = Delete routes::ADMIN_TOKEN, Admin;
     AuditList = Get routes::AUDIT, Operator;
+    StatusPage = Get routes::PAGE, Reader;
+    BmcList = Get routes::BMCS, Reader;
+    BmcShow = Get routes::NODE_BMC, Reader;
+    /// Holds a BMC password: what can power nodes off.
+    BmcSet = Put routes::NODE_BMC, Admin;
+    BmcClear = Delete routes::NODE_BMC, Admin;
+    PowerStatus = Get routes::NODE_POWER, Reader;
+    PowerControl = Post routes::NODE_POWER, Operator;
 }
 
 impl Action {

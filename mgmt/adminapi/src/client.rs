@@ -413,6 +413,51 @@ impl AdminClient {
         self.call(Method::GET, routes::AUDIT, |r| r.query(&q)).await
     }
 
+    /// `GET /v1/bmcs`.
+    pub async fn bmcs(&self) -> Result<Vec<crate::BmcView>, AdminError> {
+        self.call(Method::GET, routes::BMCS, |r| r).await
+    }
+
+    /// `GET /v1/nodes/{node}/bmc`.
+    pub async fn bmc(&self, node: &str) -> Result<crate::BmcView, AdminError> {
+        let route = routes::fill(routes::NODE_BMC, &[node]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `PUT /v1/nodes/{node}/bmc`.
+    pub async fn bmc_set(
+        &self,
+        node: &str,
+        s: &crate::BmcSettings,
+    ) -> Result<crate::BmcView, AdminError> {
+        let route = routes::fill(routes::NODE_BMC, &[node]);
+        self.call(Method::PUT, &route, |r| r.json(s)).await
+    }
+
+    /// `DELETE /v1/nodes/{node}/bmc`.
+    pub async fn bmc_clear(&self, node: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::NODE_BMC, &[node]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/nodes/{node}/power`.
+    pub async fn power_status(&self, node: &str) -> Result<crate::PowerView, AdminError> {
+        let route = routes::fill(routes::NODE_POWER, &[node]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `POST /v1/nodes/{node}/power`.
+    pub async fn power(
+        &self,
+        node: &str,
+        action: crate::PowerAction,
+    ) -> Result<crate::PowerView, AdminError> {
+        let route = routes::fill(routes::NODE_POWER, &[node]);
+        let req = crate::PowerRequest { action };
+        self.call(Method::POST, &route, |r| r.json(&req)).await
+    }
+
     /// `PUT /v1/tenants/{tenant}/quota`.
     pub async fn tenant_quota(&self, tenant: &str, q: QuotaSpec) -> Result<TenantView, AdminError> {
         let route = routes::fill(routes::TENANT_QUOTA, &[tenant]);

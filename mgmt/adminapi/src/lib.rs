@@ -16,6 +16,7 @@
 //! only the client pulls in an HTTP client.
 
 mod access;
+mod bmc;
 mod cluster;
 mod error;
 mod gc;
@@ -31,6 +32,7 @@ mod client;
 pub use access::{
     Action, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken, Method, NewAdminToken, Role,
 };
+pub use bmc::{BmcSettings, BmcView, PowerAction, PowerRequest, PowerState, PowerView};
 pub use cluster::{
     ClusterStatus, InitRequest, JoinRequest, NodeRequest, NodeView, RepairView, TokenReply,
 };
@@ -137,6 +139,19 @@ pub mod routes {
     /// `GET ?`[`AuditQuery`](crate::AuditQuery) →
     /// `Vec<`[`AuditEntry`](crate::AuditEntry)`>`, oldest first.
     pub const AUDIT: &str = "/v1/audit";
+    /// `GET` → the status page (HTML, for a browser: Basic authentication with
+    /// a token as the password is taken for it, as for every read).
+    pub const PAGE: &str = "/ui";
+    /// `GET` → `Vec<`[`BmcView`](crate::BmcView)`>`: every node's BMC.
+    pub const BMCS: &str = "/v1/bmcs";
+    /// `GET` → [`BmcView`](crate::BmcView); `PUT`
+    /// [`BmcSettings`](crate::BmcSettings) → [`BmcView`](crate::BmcView) (the
+    /// BMC is reached first: wrong credentials are refused, nothing kept);
+    /// `DELETE` → `true`. `{node}` is a node id or a unique prefix of one.
+    pub const NODE_BMC: &str = "/v1/nodes/{node}/bmc";
+    /// `GET` → [`PowerView`](crate::PowerView): the power state its BMC reports;
+    /// `POST` [`PowerRequest`](crate::PowerRequest) → [`PowerView`](crate::PowerView).
+    pub const NODE_POWER: &str = "/v1/nodes/{node}/power";
 
     /// `path` with its `{name}` placeholders filled, in order.
     pub fn fill(path: &str, values: &[&str]) -> String {

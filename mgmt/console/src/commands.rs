@@ -24,8 +24,9 @@ impl Ran {
 pub(crate) const HELP: &str = "\
 Commands (run as this SSH key's role, through the node's admin API):
   nodectl ARGS...     nodectl's commands for this node: status, drives, cluster, scrub,
-                      gc, tenant, user, key, kv, token, audit (e.g. `nodectl cluster
-                      status`; `nodectl` may be left out: `status`, `scrub start`)
+                      gc, tenant, user, key, kv, token, audit, node drain|remove|power,
+                      node bmc show|clear (e.g. `nodectl cluster status`; `nodectl`
+                      may be left out: `status`, `node power ID status`)
   logs [N]            the last N lines (default 50) of mgmtd's log
   dmesg [N]           the last N kernel messages
   network             addresses of the node's interfaces
@@ -36,10 +37,18 @@ Commands (run as this SSH key's role, through the node's admin API):
 /// nodectl's subcommands a console runs: those that act only through the admin
 /// API, where the session's role is checked and the call audited. Everything
 /// else is refused: `dev` (local daemons), `flash` (writes a file or device),
-/// `node` (the image's slots, updates and reboots) act on the machine itself.
+/// and `node`'s slots, updates and reboots act on the machine itself (see
+/// `NODE_THROUGH_THE_API`).
 pub(crate) const THROUGH_THE_API: &[&str] = &[
-    "audit", "cluster", "drives", "gc", "key", "kv", "scrub", "status", "tenant", "token", "user",
+    "audit", "cluster", "drives", "gc", "key", "kv", "node", "scrub", "status", "tenant", "token",
+    "user",
 ];
+
+/// `node`'s commands that go through the API. Not `update`, `rollback`, `slots`
+/// or `mark-good` (this machine's disks), nor `bmc set`, whose password file
+/// nodectl would read here: any file's first line could be sent to a BMC
+/// address of the caller's choosing.
+const NODE_THROUGH_THE_API: &[&str] = &["drain", "remove", "power", "bmc"];
 
 /// Options that would point nodectl at another node, another token or a local
 /// directory: the session's node and token are the console's to choose (an
@@ -122,6 +131,25 @@ pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
                     "`{sub}` is not a console command: the console runs nodectl's {} (through the admin API), and `help`",
                     THROUGH_THE_API.join(", ")
                 ));
+            }
+            if sub == "node" {
+                let what: Vec<&str> = args[1..]
+                    .iter()
+                    .filter(|a| !a.starts_with('-'))
+                    .map(String::as_str)
+                    .take(2)
+                    .collect();
+                let ok = match what.as_slice() {
+                    ["bmc", "set", ..] => false,
+                    [one, ..] => NODE_THROUGH_THE_API.contains(one),
+                    [] => false,
+                };
+                if !ok {
+                    return Ran::refused(format!(
+                        "the console runs `node {}`, and `node bmc show|clear` (set a BMC with nodectl through the admin API)",
+                        NODE_THROUGH_THE_API.join("|")
+                    ));
+                }
             }
             if let Some(a) = args.iter().find(|a| {
                 STEERING
@@ -254,6 +282,10 @@ mod tests {
             "nodectl flash a b",
             "node rollback",
             "node update http://example.com/",
+            "node bmc set 01 --address 10.0.0.9:623 --user u --password-file /etc/shadow",
+            "node --json bmc set 01",
+            "node slots",
+            "node",
             "dev stop 1",
             "nodectl",
             "sh -c id",
@@ -273,6 +305,9 @@ mod tests {
             "status",
             "nodectl cluster status --json",
             "kv pool create t p --nodes a,b",
+            "node power 01 off",
+            "node bmc show --json",
+            "node drain 01",
         ] {
             assert_eq!(super::run(&cfg, "t", line).await.code, 0, "{line}");
         }

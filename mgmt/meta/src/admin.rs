@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) const ADMIN_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("admin_tokens");
 pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
+/// Each node's BMC, by node id.
+pub(crate) const BMCS: TableDefinition<u64, &[u8]> = TableDefinition::new("bmcs");
 
 /// Audit entries kept; the oldest go first.
 pub const AUDIT_KEEP: u64 = 10_000;
@@ -26,6 +28,26 @@ pub struct AdminTokenRecord {
     pub created_by: String,
 }
 
+/// How the cluster reaches a node's BMC (RMCP+), for power control and fencing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BmcRecord {
+    /// `host:port` of the BMC's RMCP+ service.
+    pub address: String,
+    pub user: String,
+    /// The password, sealed by the cluster's master key (named by node id).
+    pub password_sealed: Vec<u8>,
+    /// The cluster may power the node off before rebuilding its data.
+    #[serde(default)]
+    pub fence: bool,
+    pub set_ms: i64,
+    pub set_by: String,
+    /// When the cluster last powered the node off to fence it; cleared once the
+    /// node is back up. Counted against the redundancy: never more nodes fenced
+    /// at once than the data can lose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced_ms: Option<i64>,
+}
+
 /// Changes to the admin records.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AdminChange {
@@ -38,6 +60,19 @@ pub enum AdminChange {
     },
     Audit {
         entry: AuditEntry,
+    },
+    SetBmc {
+        node: u64,
+        record: BmcRecord,
+    },
+    ClearBmc {
+        node: u64,
+    },
+    /// Marks a node fenced (`Some`) or back (`None`); a node without a BMC
+    /// record is left alone.
+    Fenced {
+        node: u64,
+        at_ms: Option<i64>,
     },
 }
 
@@ -64,6 +99,29 @@ pub(crate) fn apply(tx: &redb::WriteTransaction, c: &AdminChange) -> Result<(), 
                 if t.pop_first()?.is_none() {
                     break;
                 }
+            }
+        }
+        AdminChange::SetBmc { node, record } => {
+            let mut t = tx.open_table(BMCS)?;
+            t.insert(*node, serde_json::to_vec(record)?.as_slice())?;
+        }
+        AdminChange::ClearBmc { node } => {
+            let mut t = tx.open_table(BMCS)?;
+            if t.remove(*node)?.is_none() {
+                return Err(MetaError::NoSuchBmc(*node));
+            }
+        }
+        AdminChange::Fenced { node, at_ms } => {
+            let mut t = tx.open_table(BMCS)?;
+            let rec = t
+                .get(*node)?
+                .map(|v| serde_json::from_slice::<BmcRecord>(v.value()));
+            if let Some(rec) = rec {
+                let rec = BmcRecord {
+                    fenced_ms: *at_ms,
+                    ..rec?
+                };
+                t.insert(*node, serde_json::to_vec(&rec)?.as_slice())?;
             }
         }
     }
@@ -99,6 +157,30 @@ impl MetaStore {
             out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
         }
         Ok(out)
+    }
+
+    /// Every node's BMC record, by node id.
+    pub fn bmcs(&self) -> Result<Vec<(u64, BmcRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = match tx.open_table(BMCS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    pub fn bmc(&self, node: u64) -> Result<Option<BmcRecord>, MetaError> {
+        Ok(self
+            .bmcs()?
+            .into_iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, r)| r))
     }
 
     /// The newest `limit` audit entries, oldest first.

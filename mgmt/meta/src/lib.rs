@@ -23,7 +23,7 @@ mod once;
 mod records;
 mod usage;
 
-pub use admin::{AdminChange, AdminTokenRecord, AUDIT_KEEP};
+pub use admin::{AdminChange, AdminTokenRecord, BmcRecord, AUDIT_KEEP};
 pub use gc::GcEpoch;
 pub use identity::{
     bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantKeyRecord, TenantRecord,
@@ -114,6 +114,8 @@ pub enum MetaError {
     KeyExists,
     #[error("no such admin token: {0}")]
     NoSuchAdminToken(String),
+    #[error("node {0:016x} has no BMC set")]
+    NoSuchBmc(u64),
     /// The change would take a bucket or tenant past its quota.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
@@ -428,6 +430,7 @@ impl MetaStore {
             tx.open_table(usage::TENANT_USAGE)?;
             tx.open_table(admin::ADMIN_TOKENS)?;
             tx.open_table(admin::AUDIT)?;
+            tx.open_table(admin::BMCS)?;
             usage::rebuild(&tx, false)?;
             tx.commit()?;
         }

@@ -86,13 +86,23 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
         )
         .into_response();
     };
-    let principal = match authenticate(&app, req.headers()) {
+    let principal = match authenticate(&app, req.headers(), !action.mutates()) {
         Ok(p) => p,
         Err(f) => {
             if action.mutates() {
                 tracing::warn!(target: "cairn_audit", action = %action.name(), %path, "admin call refused: not authenticated");
             }
-            return f.into_response();
+            let mut resp = f.into_response();
+            if !action.mutates() {
+                // A browser asks for a user and password: the token is the password.
+                resp.headers_mut().insert(
+                    axum::http::header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static(
+                        "Basic realm=\"Cairn admin (any user, an admin token as password)\", charset=\"UTF-8\"",
+                    ),
+                );
+            }
+            return resp;
         }
     };
     let resp = if principal.role < action.role() {
@@ -117,13 +127,37 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
     resp
 }
 
-/// The principal the request's bearer token stands for.
-fn authenticate(app: &App, headers: &axum::http::HeaderMap) -> Result<Principal, Failure> {
+/// The token of a Basic `Authorization` value: its password (any user name).
+fn basic_password(v: &str) -> Option<String> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(v.strip_prefix("Basic ")?.trim())
+        .ok()?;
+    let text = String::from_utf8(raw).ok()?;
+    Some(text.split_once(':')?.1.to_string())
+}
+
+/// The principal the request's token stands for: a bearer token, or for reads
+/// (`basic_ok`) also the password of HTTP Basic authentication, which is what a
+/// browser can send (see crate::page on why reads only).
+fn authenticate(
+    app: &App,
+    headers: &axum::http::HeaderMap,
+    basic_ok: bool,
+) -> Result<Principal, Failure> {
     let unauthorized = |why: &str| Failure::new(ErrorKind::Unauthorized, why.to_string());
-    let token = headers
+    let value = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let basic = if basic_ok {
+        basic_password(value)
+    } else {
+        None
+    };
+    let token = value
+        .strip_prefix("Bearer ")
+        .or(basic.as_deref())
         .ok_or_else(|| unauthorized("missing admin token (Authorization: Bearer …)"))?;
     if same(token.as_bytes(), app.local_token().as_bytes()) {
         return Ok(Principal {

@@ -107,6 +107,7 @@ pub(crate) struct App {
     data: PathBuf,
     metrics: Arc<crate::metrics::Metrics>,
     sessions: Arc<crate::access::SessionTokens>,
+    throughput: Arc<crate::page::Throughput>,
 }
 
 impl App {
@@ -128,12 +129,20 @@ impl App {
         &self.node.cluster
     }
 
+    pub(crate) fn node(&self) -> &ClusterNode {
+        &self.node
+    }
+
     pub(crate) fn sessions(&self) -> &crate::access::SessionTokens {
         &self.sessions
     }
 
     pub(crate) fn metrics(&self) -> &crate::metrics::Metrics {
         &self.metrics
+    }
+
+    pub(crate) fn throughput(&self) -> &crate::page::Throughput {
+        &self.throughput
     }
 
     /// Repair as this node has done it.
@@ -186,7 +195,13 @@ pub(crate) async fn serve(
         data: parts.data,
         metrics: parts.metrics,
         sessions: parts.sessions,
+        throughput: Default::default(),
     };
+    // The status page's chart: sampled whether or not anyone looks.
+    let sampler = tokio::spawn({
+        let (t, m) = (state.throughput.clone(), state.metrics.clone());
+        async move { t.sample(|| m.s3_bytes()).await }
+    });
     let app = Router::new()
         .route(routes::HEALTHZ, get(|| async { "ok" }))
         .route(routes::METRICS, get(crate::metrics::serve))
@@ -240,6 +255,18 @@ pub(crate) async fn serve(
         )
         .route(routes::ADMIN_TOKEN, delete(crate::access::revoke_token))
         .route(routes::AUDIT, get(crate::access::audit_list))
+        .route(routes::PAGE, get(crate::page::page))
+        .route(routes::BMCS, get(crate::bmc::list))
+        .route(
+            routes::NODE_BMC,
+            get(crate::bmc::show)
+                .put(crate::bmc::set)
+                .delete(crate::bmc::clear),
+        )
+        .route(
+            routes::NODE_POWER,
+            get(crate::bmc::power_status).post(crate::bmc::power),
+        )
         // Every matched route passes the access layer (authentication, the
         // action's role, audit); unmatched ones fall through to the 404.
         .route_layer(axum::middleware::from_fn_with_state(
@@ -254,9 +281,10 @@ pub(crate) async fn serve(
     {
         tracing::error!("admin API stopped: {e}");
     }
+    sampler.abort();
 }
 
-async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, Failure> {
+pub(crate) async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, Failure> {
     let store = app.store()?;
     let s: StoreStatus = store.status().await?;
     // A single node's drives are its own datapathd's: ask it what they are too. A
@@ -430,7 +458,7 @@ async fn cluster_join(
     }))
 }
 
-async fn cluster_status(State(app): State<App>) -> Result<Json<ClusterStatus>, Failure> {
+pub(crate) async fn cluster_status(State(app): State<App>) -> Result<Json<ClusterStatus>, Failure> {
     let node = &app.node;
     Ok(Json(node.status().await?))
 }

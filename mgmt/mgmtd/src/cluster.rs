@@ -10,7 +10,7 @@ use cairn_cluster::{
 };
 use cairn_objects::{FragmentState, ObjectStore, Route};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -93,6 +93,10 @@ pub struct ClusterNode {
     pub opts: ClusterOpts,
     /// The node's state directory.
     pub data: std::path::PathBuf,
+    /// The BMCs this node has talked to, one session each.
+    pub bmcs: cairn_bmc::Links,
+    /// Down nodes fencing has already warned about (once each, not every pass).
+    pub fence_warned: Mutex<HashSet<NodeId>>,
 }
 
 impl std::fmt::Debug for ClusterNode {
@@ -157,10 +161,17 @@ pub(crate) fn id_hex(id: NodeId) -> String {
 }
 
 /// The drive view the object layer needs, from the map.
-fn fragment_state(map: &ClusterMap, drive: u16, grace: Duration) -> FragmentState {
+fn fragment_state(
+    map: &ClusterMap,
+    drive: u16,
+    grace: Duration,
+    held: &HashSet<NodeId>,
+) -> FragmentState {
     match map.drive(drive) {
         None => FragmentState::Lost,
         Some((n, _)) if n.draining => FragmentState::Lost,
+        // Waiting to be fenced before its data is rebuilt (crate::bmc).
+        Some((n, _)) if held.contains(&n.id) => FragmentState::Missing,
         Some((n, _)) if n.state == NodeState::Down => {
             if cairn_meta::now_ms() - n.since_ms > grace.as_millis() as i64 {
                 FragmentState::Lost
@@ -359,6 +370,7 @@ impl ClusterNode {
             }
             let map = self.cluster.map();
             let grace = self.opts.repair_grace;
+            let held = crate::bmc::fence_before_repair(&self, &store, &map, grace).await;
             let up: Vec<NodeId> = map
                 .nodes
                 .values()
@@ -368,7 +380,7 @@ impl ClusterNode {
             let me = self.cluster.id();
             let started = Instant::now();
             let res = store
-                .repair_pass(&|d| fragment_state(&map, d, grace), &|b, k| {
+                .repair_pass(&|d| fragment_state(&map, d, grace, &held), &|b, k| {
                     cairn_objects::repairer(b, k, &up) == Some(me)
                 })
                 .await;
@@ -403,7 +415,7 @@ impl ClusterNode {
         let report = match self.store.get() {
             Some(store) => {
                 let _ = store.sync().await;
-                store.protection(&|d| fragment_state(&map, d, grace))?
+                store.protection(&|d| fragment_state(&map, d, grace, &HashSet::new()))?
             }
             None => ProtectionReport::default(),
         };
@@ -484,7 +496,21 @@ impl ClusterNode {
                 }
             }
         }
-        Ok(self.cluster.remove_node(node).await?)
+        self.cluster.remove_node(node).await?;
+        // Its BMC record goes with it: a removed node is never fenced.
+        if let Some(store) = self.store.get() {
+            match store
+                .change_admin(cairn_meta::AdminChange::ClearBmc { node })
+                .await
+            {
+                Ok(())
+                | Err(cairn_objects::ObjectError::Meta(cairn_meta::MetaError::NoSuchBmc(_))) => {}
+                Err(e) => {
+                    tracing::warn!(node = %id_hex(node), "removed, but its BMC record stays: {e}")
+                }
+            }
+        }
+        Ok(())
     }
 }
 

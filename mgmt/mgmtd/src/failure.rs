@@ -81,7 +81,8 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         MetaError::NoSuchTenant(_)
         | MetaError::NoSuchUser(_)
         | MetaError::NoSuchAccessKey(_)
-        | MetaError::NoSuchAdminToken(_) => ErrorKind::NotFound,
+        | MetaError::NoSuchAdminToken(_)
+        | MetaError::NoSuchBmc(_) => ErrorKind::NotFound,
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists

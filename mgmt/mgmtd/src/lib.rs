@@ -9,6 +9,7 @@
 
 mod access;
 mod admin;
+mod bmc;
 mod cluster;
 #[cfg(feature = "failpoints")]
 mod failpoints;
@@ -17,6 +18,7 @@ mod gc;
 mod keys;
 mod kv;
 mod metrics;
+mod page;
 mod resp;
 mod scrub;
 mod tenants;
@@ -217,6 +219,8 @@ async fn run_cluster(
         repair: Default::default(),
         opts: opts.clone(),
         data: cfg.data.clone(),
+        bmcs: Default::default(),
+        fence_warned: Default::default(),
     });
     // Two stops: the front ends (S3, RESP, admin) first; the internal API (Raft
     // appends, forwarded proposals) only once they have drained, since a write in

@@ -33,6 +33,7 @@ pub(crate) struct Metrics {
     snapshot: Arc<Mutex<Snapshot>>,
     /// One scrape at a time fills and encodes the snapshot.
     scrape: tokio::sync::Mutex<()>,
+    s3: cairn_s3::S3Metrics,
 }
 
 impl Metrics {
@@ -47,7 +48,13 @@ impl Metrics {
             registry,
             snapshot,
             scrape: tokio::sync::Mutex::new(()),
+            s3: s3.clone(),
         }
+    }
+
+    /// S3 bytes received and sent by this node so far.
+    pub(crate) fn s3_bytes(&self) -> (u64, u64) {
+        self.s3.bytes()
     }
 }
 

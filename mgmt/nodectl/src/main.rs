@@ -3,6 +3,7 @@
 
 mod access;
 mod admin;
+mod bmc;
 mod cluster;
 mod dev;
 mod drives;
@@ -299,6 +300,13 @@ enum NodeCmd {
     Slots(nodeos::SlotsArgs),
     /// Mark the booted slot good by hand (normally done by systemd-bless-boot).
     MarkGood(nodeos::MarkGoodArgs),
+    /// How the cluster reaches each node's BMC (IPMI over the network).
+    Bmc {
+        #[command(subcommand)]
+        cmd: bmc::BmcCmd,
+    },
+    /// A node's power, through its BMC: status, on, off, cycle, reset, soft.
+    Power(bmc::PowerArgs),
 }
 
 #[tokio::main]
@@ -361,6 +369,8 @@ async fn main() -> std::process::ExitCode {
             NodeCmd::Rollback(a) => nodeos::rollback(a),
             NodeCmd::Slots(a) => nodeos::slots(a),
             NodeCmd::MarkGood(a) => nodeos::mark_good(a),
+            NodeCmd::Bmc { cmd } => bmc::bmc(cmd).await,
+            NodeCmd::Power(a) => bmc::power(a).await,
         },
         Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Drives { target, json } => drives::show(&target, json).await,

@@ -61,6 +61,11 @@ impl Default for S3Metrics {
 }
 
 impl S3Metrics {
+    /// Bytes received and sent so far (what the status page charts).
+    pub fn bytes(&self) -> (u64, u64) {
+        (self.received.get(), self.sent.get())
+    }
+
     /// Adds the families to `r` (under `cairn_s3_`).
     pub fn register(&self, r: &mut Registry) {
         let r = r.sub_registry_with_prefix("cairn_s3");
