@@ -149,7 +149,8 @@ def on_drives(vm, marker, spread=2):
 # ---------------------------------------------------------------------------------------
 def test_boot(t):
     """UEFI boot with 4 NVMe drives, a BMC and a config disk; S3 from the host; data on
-    the NVMe drives only; the Cairn units in the journal; /dev/ipmi0; a reboot keeps it."""
+    the NVMe drives only; the Cairn units in the journal; /dev/ipmi0, with mgmtd's watchdog
+    armed and its start in the BMC's event log; a reboot keeps it."""
     vm = boot_node(t, "boot")
     # The boot went through OVMF and systemd-boot, from slot a.
     rc, cmdline = vm.shell("cat /proc/cmdline")
@@ -182,6 +183,13 @@ def test_boot(t):
     log("BMC: ipmitool -I open mc info")
     _, mc = vm.shell("ipmitool -I open mc info", timeout=60)
     check("Device ID" in mc and "IPMI Version" in mc, f"ipmitool mc info: {mc}")
+
+    log("BMC: mgmtd armed the watchdog and wrote its start to the event log")
+    _, wd = vm.shell("ipmitool -I open mc watchdog get", timeout=60)
+    check("SMS/OS" in wd and "Hard Reset" in wd and "Running" in wd,
+          f"the BMC watchdog is not armed by mgmtd: {wd}")
+    _, sel = vm.shell("ipmitool -I open sel elist", timeout=60)
+    check("OS Boot" in sel, f"no OS Boot event from mgmtd in the SEL: {sel}")
 
     log("reboot; the objects are still there")
     m = vm.mark()

@@ -15,6 +15,10 @@
 //! reused session that fails is taken for stale, and the request is sent once
 //! more on a new one (nothing ran on the stale one).
 
+mod local;
+
+pub use local::LocalBmc;
+
 use cairn_adminapi::{PowerAction, PowerState};
 use ipmi_rs::connection::{IpmiConnection, LogicalUnit, Message, Request, RequestTargetAddress};
 use ipmi_rs::rmcp::Rmcp;
@@ -89,6 +93,22 @@ pub struct BmcIdentity {
     pub ipmi_version: String,
     pub manufacturer_id: u32,
     pub product_id: u16,
+}
+
+/// Get Device ID's answer (IPMI 2.0, 20.1); none if too short.
+fn parse_identity(d: &[u8]) -> Option<BmcIdentity> {
+    if d.len() < 11 {
+        return None;
+    }
+    let bcd = |b: u8| format!("{}{}", b >> 4, b & 0x0f);
+    Some(BmcIdentity {
+        device_id: d[0],
+        device_revision: d[1] & 0x0f,
+        firmware: format!("{}.{}", d[2] & 0x7f, bcd(d[3])),
+        ipmi_version: format!("{}.{}", d[4] & 0x0f, d[4] >> 4),
+        manufacturer_id: u32::from_le_bytes([d[6], d[7], d[8] & 0x0f, 0]),
+        product_id: u16::from_le_bytes([d[9], d[10]]),
+    })
 }
 
 /// Where a BMC answers and who to log in as.
@@ -170,18 +190,7 @@ impl Link {
 
     pub async fn identity(self: &Arc<Self>) -> Result<BmcIdentity, BmcError> {
         let d = self.request(0x06, 0x01, vec![], "get device id").await?;
-        if d.len() < 11 {
-            return Err(self.garbage("get device id", "fewer than 11 bytes"));
-        }
-        let bcd = |b: u8| format!("{}{}", b >> 4, b & 0x0f);
-        Ok(BmcIdentity {
-            device_id: d[0],
-            device_revision: d[1] & 0x0f,
-            firmware: format!("{}.{}", d[2] & 0x7f, bcd(d[3])),
-            ipmi_version: format!("{}.{}", d[4] & 0x0f, d[4] >> 4),
-            manufacturer_id: u32::from_le_bytes([d[6], d[7], d[8] & 0x0f, 0]),
-            product_id: u16::from_le_bytes([d[9], d[10]]),
-        })
+        parse_identity(&d).ok_or_else(|| self.garbage("get device id", "fewer than 11 bytes"))
     }
 
     fn garbage(&self, what: &'static str, why: impl Into<String>) -> BmcError {

@@ -68,7 +68,7 @@ impl LocalDatapath {
     /// node's datapathd, never through the fabric to peers: a peer running an older
     /// datapathd would close the connection on the unknown operation (see
     /// cairn-chunkproto's codec documentation).
-    async fn drives(&self) -> Result<Vec<DriveStatus>, Failure> {
+    pub(crate) async fn drives(&self) -> Result<Vec<DriveStatus>, Failure> {
         let unavailable = |e: String| {
             Failure::new(
                 ErrorKind::Unavailable,

@@ -17,6 +17,7 @@ mod failure;
 mod gc;
 mod keys;
 mod kv;
+mod local_bmc;
 mod metrics;
 mod page;
 mod resp;
@@ -91,6 +92,11 @@ pub struct Config {
     pub ssh: Option<SocketAddr>,
     /// Authorized-keys files of the SSH console beyond `DATA/ssh/authorized_keys`.
     pub ssh_authorized_keys: Vec<PathBuf>,
+    /// The node's own BMC device (`/dev/ipmi0` on an appliance): its watchdog
+    /// and event log are used when it is there (see `local_bmc`).
+    pub bmc_device: Option<PathBuf>,
+    /// The BMC watchdog's timeout; zero leaves the watchdog alone.
+    pub bmc_watchdog: Duration,
     /// RESP connections served at once (more are refused, as Redis's maxclients).
     pub resp_max_clients: usize,
     /// Bytes of RESP values being received at once (see `cairn_resp::Intake`).
@@ -236,6 +242,10 @@ async fn run_cluster(
         async move { c.serve_internal(internal, stop).await }
     });
 
+    let local_datapath = admin::LocalDatapath {
+        client: local.clone(),
+        drives: cfg.store.drives,
+    };
     let token = load_or_create_admin_token(&cfg.data)?;
     let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
         .await
@@ -253,10 +263,7 @@ async fn run_cluster(
         admin_listener,
         admin::AppParts {
             node: node.clone(),
-            local: admin::LocalDatapath {
-                client: local.clone(),
-                drives: cfg.store.drives,
-            },
+            local: local_datapath.clone(),
             token,
             data: cfg.data.clone(),
             metrics,
@@ -378,9 +385,24 @@ async fn run_cluster(
         write_atomic(p, body.to_string().as_bytes())?;
     }
     tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up");
+    let bmc_task = match &cfg.bmc_device {
+        Some(dev) => local_bmc::open(dev).await.map(|bmc| {
+            tokio::spawn(local_bmc::run(
+                bmc,
+                cfg.bmc_watchdog,
+                local_datapath.clone(),
+                stopped(stop_rx.clone()),
+            ))
+        }),
+        None => None,
+    };
     wait_for_signal().await;
     tracing::info!("mgmtd stopping");
     let _ = stop_tx.send(true);
+    // The watchdog is disarmed first: a clean stop must not reset the node.
+    if let Some(t) = bmc_task {
+        let _ = t.await;
+    }
     // S3 and RESP finish what they have in hand (each gives up after 10 s).
     let _ = s3_task.await;
     let _ = admin_task.await;

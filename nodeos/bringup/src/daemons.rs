@@ -96,6 +96,10 @@ pub fn mgmtd_args(
         a.push("--s3-domain".into());
         a.push(d.clone());
     }
+    // The appliance's own BMC, when the kernel exposes one: its watchdog and
+    // event log (mgmtd does without when the device is absent).
+    a.push("--bmc-device".into());
+    a.push("/dev/ipmi0".into());
     if let Some(ssh) = cfg.ssh.listen {
         a.push("--ssh".into());
         a.push(ssh.to_string());

@@ -283,7 +283,7 @@ fn a_full_bring_up_writes_everything_the_daemons_need() {
     assert_eq!(get(&mg, "CAIRN_ROOT_SECRET_KEY"), "s3cr$t\"pa`ss");
     let margs = get(&mg, "MGMTD_ARGS");
     let want = format!(
-        "--data {} --s3 0.0.0.0:9000 --admin 0.0.0.0:9001 --datapath 127.0.0.1:7410 --datapath-key {} --drives 2 --ready-file {}",
+        "--data {} --s3 0.0.0.0:9000 --admin 0.0.0.0:9001 --datapath 127.0.0.1:7410 --datapath-key {} --drives 2 --ready-file {} --bmc-device /dev/ipmi0",
         n.paths.state.join("mgmt").display(),
         n.paths.state.join("mgmt/chunk.key").display(),
         n.paths.run.join("mgmtd.ready").display()

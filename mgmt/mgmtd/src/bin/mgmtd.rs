@@ -38,6 +38,15 @@ struct Args {
         value_delimiter = ','
     )]
     ssh_authorized_keys: Vec<PathBuf>,
+    /// The node's own BMC device: when it exists, mgmtd arms the BMC's watchdog
+    /// (a hung mgmtd gets the node reset) and writes drive failures to its event
+    /// log. Off unless given (the image gives /dev/ipmi0): a development
+    /// machine's own BMC must not reset it when a test kills mgmtd.
+    #[arg(long, env = "CAIRN_BMC_DEVICE")]
+    bmc_device: Option<PathBuf>,
+    /// The BMC watchdog's timeout in seconds (0: leave the watchdog alone).
+    #[arg(long, env = "CAIRN_BMC_WATCHDOG", default_value_t = 60)]
+    bmc_watchdog: u64,
     /// RESP connections served at once; one more is answered "-ERR max number of
     /// clients reached" and closed (Redis's maxclients).
     #[arg(long, env = "CAIRN_RESP_MAX_CLIENTS", default_value_t = 10_000)]
@@ -185,6 +194,8 @@ async fn main() -> std::process::ExitCode {
         resp: args.resp,
         ssh: args.ssh,
         ssh_authorized_keys: args.ssh_authorized_keys,
+        bmc_device: args.bmc_device,
+        bmc_watchdog: std::time::Duration::from_secs(args.bmc_watchdog),
         resp_max_clients: args.resp_max_clients.max(1),
         resp_intake: args
             .resp_intake
