@@ -390,16 +390,24 @@ def main():
         print(f"node {d} ({target}) draining; removal refused meanwhile: "
               f"{refused.stderr.strip().splitlines()[-1] if refused.stderr else '?'}", flush=True)
         t = time.time()
-        while True:
-            r = subprocess.run(
-                [c.nodectl, "node", "remove", target, "--data", c.data, "--node", str(via)],
-                capture_output=True, text=True)
-            if r.returncode == 0:
-                break
-            if time.time() - t > a.protect_timeout:
-                sys.exit(f"FAIL: drained node still holds fragments after "
-                         f"{a.protect_timeout:.0f} s: {r.stderr.strip()} {c.status(via)}")
-            time.sleep(2)
+        # `--follow` stays until repair has moved everything: removal must then
+        # be allowed at once.
+        try:
+            f = subprocess.run(
+                [c.nodectl, "node", "drain", target, "--follow", "--data", c.data,
+                 "--node", str(via)],
+                capture_output=True, text=True, timeout=a.protect_timeout)
+        except subprocess.TimeoutExpired:
+            sys.exit(f"FAIL: drain --follow still following after {a.protect_timeout:.0f} s: "
+                     f"{c.status(via)}")
+        if f.returncode != 0 or "drained" not in f.stdout:
+            sys.exit(f"FAIL: drain --follow: {f.returncode} {f.stdout} {f.stderr}")
+        r = subprocess.run(
+            [c.nodectl, "node", "remove", target, "--data", c.data, "--node", str(via)],
+            capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"FAIL: drain --follow returned, but removal was refused: "
+                     f"{r.stderr.strip()} {c.status(via)}")
         st = c.status(via)
         if any(n["id"] == target for n in st["nodes"]) or not st["fully_protected"]:
             sys.exit(f"FAIL: after draining and removing {target}: {st}")

@@ -139,6 +139,12 @@ actions! {
     AdminTokenCreate = Post routes::ADMIN_TOKENS, Admin;
     AdminTokenRevoke = Delete routes::ADMIN_TOKEN, Admin;
     AuditList = Get routes::AUDIT, Operator;
+    AdminCertList = Get routes::ADMIN_CERTS, Admin;
+    AdminCertIssue = Post routes::ADMIN_CERTS, Admin;
+    AdminCertRevoke = Delete routes::ADMIN_CERT, Admin;
+    SshKeyList = Get routes::SSH_KEYS, Reader;
+    SshKeyAdd = Post routes::SSH_KEYS, Admin;
+    SshKeyRemove = Delete routes::SSH_KEY, Admin;
     StatusPage = Get routes::PAGE, Reader;
     BmcList = Get routes::BMCS, Reader;
     BmcShow = Get routes::NODE_BMC, Reader;
@@ -174,6 +180,65 @@ impl Action {
         }
         out
     }
+}
+
+/// `POST /v1/admin/certs`: a client certificate for the admin API's mutual
+/// TLS, over a key pair the caller made (only its public half is sent).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewAdminCert {
+    pub name: String,
+    pub role: Role,
+    /// Uncompressed P-256 public key, hex (130 digits).
+    pub public_key_hex: String,
+    /// Days it is valid (default 365).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<u32>,
+}
+
+/// An admin certificate as listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminCertView {
+    /// The first 16 hex digits of its SHA-256 (what `revoke` takes).
+    pub id: String,
+    pub sha256: String,
+    pub name: String,
+    pub role: Role,
+    pub not_after_ms: i64,
+    pub created_ms: i64,
+    pub created_by: String,
+}
+
+/// The answer to [`NewAdminCert`]: the certificate and the cluster CA (PEM).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct IssuedAdminCert {
+    #[serde(flatten)]
+    pub view: AdminCertView,
+    pub cert_pem: String,
+    pub ca_pem: String,
+}
+
+/// `POST /v1/ssh/keys`: a key that may log in to the SSH console.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NewSshKey {
+    /// Whose key (shown in lists and, as `ssh:NAME`, in the audit log).
+    pub name: String,
+    pub role: Role,
+    /// An OpenSSH public key line: `ssh-ed25519 AAAA... [comment]`.
+    pub public_key: String,
+}
+
+/// An SSH console key added through the API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKeyView {
+    pub id: String,
+    pub name: String,
+    pub role: Role,
+    /// `SHA256:...`, as `ssh-keygen -l` shows it.
+    pub fingerprint: String,
+    /// `ssh-ed25519`, `ssh-rsa`, ...
+    pub key_type: String,
+    pub added_ms: i64,
+    pub added_by: String,
 }
 
 /// `POST /v1/admin/tokens`: a new admin token.

@@ -26,6 +26,9 @@ pub enum AdminError {
         #[source]
         source: CredentialError,
     },
+    /// The TLS material given (CA, certificate, key) is not usable.
+    #[error("{what}: {detail}")]
+    Tls { what: String, detail: String },
     /// 401 or 403: the token is missing or wrong, or the route is not the
     /// caller's.
     #[error("{url}: {status}: {source}")]
@@ -96,9 +99,10 @@ impl AdminError {
             | AdminError::Rejected { source, .. }
             | AdminError::Unavailable { source, .. }
             | AdminError::Server { source, .. } => Some(source.kind),
-            AdminError::Token { .. } | AdminError::Transport { .. } | AdminError::Decode { .. } => {
-                None
-            }
+            AdminError::Token { .. }
+            | AdminError::Tls { .. }
+            | AdminError::Transport { .. }
+            | AdminError::Decode { .. } => None,
         }
     }
 
@@ -189,6 +193,35 @@ impl AdminClient {
         let token = cairn_credentials::read_admin_token(state_dir)
             .map_err(|source| AdminError::Token { source })?;
         Ok(AdminClient::new(addr, token))
+    }
+
+    /// Over TLS (`https://` addresses): trusts only the cluster CA in `ca_pem`,
+    /// and presents the admin certificate and key (PEM) when given, in which
+    /// case no token is needed (an empty one sends none).
+    pub fn with_tls(
+        mut self,
+        ca_pem: &[u8],
+        identity: Option<(&[u8], &[u8])>,
+    ) -> Result<AdminClient, AdminError> {
+        let tls_err = |what: &str, e: reqwest::Error| AdminError::Tls {
+            what: what.to_string(),
+            detail: chain(&e),
+        };
+        let ca = reqwest::Certificate::from_pem(ca_pem).map_err(|e| tls_err("cluster CA", e))?;
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca);
+        if let Some((cert, key)) = identity {
+            let mut pem = cert.to_vec();
+            pem.push(b'\n');
+            pem.extend_from_slice(key);
+            let id =
+                reqwest::Identity::from_pem(&pem).map_err(|e| tls_err("admin certificate", e))?;
+            b = b.identity(id);
+        }
+        self.http = b.build().map_err(|e| tls_err("TLS client", e))?;
+        Ok(self)
     }
 
     /// Each call gives up after `timeout` (default 90 s).
@@ -413,6 +446,45 @@ impl AdminClient {
         self.call(Method::GET, routes::AUDIT, |r| r.query(&q)).await
     }
 
+    /// `GET /v1/admin/certs`.
+    pub async fn admin_certs(&self) -> Result<Vec<crate::AdminCertView>, AdminError> {
+        self.call(Method::GET, routes::ADMIN_CERTS, |r| r).await
+    }
+
+    /// `POST /v1/admin/certs`.
+    pub async fn admin_cert_issue(
+        &self,
+        c: &crate::NewAdminCert,
+    ) -> Result<crate::IssuedAdminCert, AdminError> {
+        self.call(Method::POST, routes::ADMIN_CERTS, |r| r.json(c))
+            .await
+    }
+
+    /// `DELETE /v1/admin/certs/{id}`.
+    pub async fn admin_cert_revoke(&self, id: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::ADMIN_CERT, &[id]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/ssh/keys`.
+    pub async fn ssh_keys(&self) -> Result<Vec<crate::SshKeyView>, AdminError> {
+        self.call(Method::GET, routes::SSH_KEYS, |r| r).await
+    }
+
+    /// `POST /v1/ssh/keys`.
+    pub async fn ssh_key_add(&self, k: &crate::NewSshKey) -> Result<crate::SshKeyView, AdminError> {
+        self.call(Method::POST, routes::SSH_KEYS, |r| r.json(k))
+            .await
+    }
+
+    /// `DELETE /v1/ssh/keys/{id}`.
+    pub async fn ssh_key_remove(&self, id: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::SSH_KEY, &[id]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
     /// `GET /v1/bmcs`.
     pub async fn bmcs(&self) -> Result<Vec<crate::BmcView>, AdminError> {
         self.call(Method::GET, routes::BMCS, |r| r).await
@@ -536,11 +608,11 @@ impl AdminClient {
         build: impl FnOnce(RequestBuilder) -> RequestBuilder,
     ) -> Result<(String, reqwest::Response), AdminError> {
         let url = format!("{}{route}", self.base);
-        let req = self
-            .http
-            .request(method, &url)
-            .bearer_auth(&self.token)
-            .timeout(self.timeout);
+        let mut req = self.http.request(method, &url).timeout(self.timeout);
+        // No token: a client certificate speaks for the caller (TLS).
+        if !self.token.is_empty() {
+            req = req.bearer_auth(&self.token);
+        }
         let resp = match build(req).send().await {
             Ok(r) => r,
             Err(source) => {

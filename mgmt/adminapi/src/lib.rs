@@ -30,7 +30,8 @@ mod tenants;
 mod client;
 
 pub use access::{
-    Action, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken, Method, NewAdminToken, Role,
+    Action, AdminCertView, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken,
+    IssuedAdminCert, Method, NewAdminCert, NewAdminToken, NewSshKey, Role, SshKeyView,
 };
 pub use bmc::{BmcSettings, BmcView, PowerAction, PowerRequest, PowerState, PowerView};
 pub use cluster::{
@@ -142,6 +143,18 @@ pub mod routes {
     /// `GET` → the status page (HTML, for a browser: Basic authentication with
     /// a token as the password is taken for it, as for every read).
     pub const PAGE: &str = "/ui";
+    /// `GET` → `Vec<`[`AdminCertView`](crate::AdminCertView)`>`; `POST`
+    /// [`NewAdminCert`](crate::NewAdminCert) →
+    /// [`IssuedAdminCert`](crate::IssuedAdminCert).
+    pub const ADMIN_CERTS: &str = "/v1/admin/certs";
+    /// `DELETE` (an id or the whole SHA-256) → `true`: refused at once.
+    pub const ADMIN_CERT: &str = "/v1/admin/certs/{id}";
+    /// `GET` → `Vec<`[`SshKeyView`](crate::SshKeyView)`>`; `POST`
+    /// [`NewSshKey`](crate::NewSshKey) → [`SshKeyView`](crate::SshKeyView): keys
+    /// that may log in to the SSH console, besides the node's authorized-keys files.
+    pub const SSH_KEYS: &str = "/v1/ssh/keys";
+    /// `DELETE` → `true`: refused at the next login on every node.
+    pub const SSH_KEY: &str = "/v1/ssh/keys/{id}";
     /// `GET` → `Vec<`[`BmcView`](crate::BmcView)`>`: every node's BMC.
     pub const BMCS: &str = "/v1/bmcs";
     /// `GET` → [`BmcView`](crate::BmcView); `PUT`

@@ -70,6 +70,9 @@ pub struct NodeStatus {
     /// `healthy`, `degraded` (a drive failed, data still protected or readable),
     /// `full` (new data refused) or `unavailable` (the datapath does not answer).
     pub health: String,
+    /// The machine's host name (node.toml's `hostname` on an image node).
+    #[serde(default)]
+    pub hostname: String,
     pub data_dir: String,
     pub drives: Vec<DriveStatus>,
     pub capacity_bytes: u64,

@@ -2,6 +2,7 @@
 //! with the session's token, and a few diagnostics. No general shell.
 
 use crate::ConsoleConfig;
+use cairn_adminapi::Role;
 use tokio::process::Command;
 
 /// What a command printed and how it ended.
@@ -30,6 +31,8 @@ Commands (run as this SSH key's role, through the node's admin API):
   logs [N]            the last N lines (default 50) of mgmtd's log
   dmesg [N]           the last N kernel messages
   network             addresses of the node's interfaces
+  sh COMMAND          the break-glass: a shell command line (admin keys, only where
+                      node.toml's [ssh] break_glass = true; every use is logged)
   help                this list
   exit                end the session
 ";
@@ -53,7 +56,15 @@ const NODE_THROUGH_THE_API: &[&str] = &["drain", "remove", "power", "bmc"];
 /// Options that would point nodectl at another node, another token or a local
 /// directory: the session's node and token are the console's to choose (an
 /// `--admin` of the caller's would send the session's token to any host).
-const STEERING: &[&str] = &["--admin", "--token-file", "--data", "--node"];
+const STEERING: &[&str] = &[
+    "--admin",
+    "--token-file",
+    "--data",
+    "--node",
+    "--cert",
+    "--key",
+    "--ca",
+];
 
 /// The longest command line taken (a line is a command, not a payload).
 pub(crate) const MAX_LINE: usize = 4096;
@@ -88,7 +99,7 @@ pub(crate) fn words(line: &str) -> Result<Vec<String>, String> {
 }
 
 /// Runs one line of the console.
-pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
+pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, role: Role, line: &str) -> Ran {
     if line.len() > MAX_LINE {
         return Ran::refused(format!("a command line is at most {MAX_LINE} bytes"));
     }
@@ -121,6 +132,7 @@ pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
             tail(r, n(1, 50))
         }
         "network" => output(Command::new("ip").args(["-brief", "address"])).await,
+        "sh" => break_glass(cfg, role, line).await,
         _ => {
             let args = if first == "nodectl" { &w[1..] } else { &w[..] };
             let Some(sub) = args.first() else {
@@ -168,6 +180,31 @@ pub(crate) async fn run(cfg: &ConsoleConfig, token: &str, line: &str) -> Ran {
             output(&mut c).await
         }
     }
+}
+
+/// `sh COMMAND`: the break-glass. Off unless the node's configuration turns it
+/// on (node.toml `[ssh] break_glass = true`, mgmtd `--ssh-break-glass`), and
+/// then for admin keys only; each use is logged as an audit warning. The rest of
+/// the line goes to `/bin/sh -c` as typed.
+async fn break_glass(cfg: &ConsoleConfig, role: Role, line: &str) -> Ran {
+    if !cfg.break_glass {
+        return Ran::refused(
+            "no general shell: the break-glass is off (node.toml [ssh] break_glass = true turns it on)"
+                .into(),
+        );
+    }
+    if role < Role::Admin {
+        return Ran::refused(format!(
+            "the break-glass shell needs the admin role (this key is {})",
+            role.name()
+        ));
+    }
+    let rest = line.trim_start().strip_prefix("sh").unwrap_or("").trim();
+    if rest.is_empty() {
+        return Ran::refused("sh COMMAND: one command line (there is no interactive shell)".into());
+    }
+    tracing::warn!(target: "cairn_audit", command = ?rest, "break-glass shell command");
+    output(Command::new("/bin/sh").args(["-c", rest])).await
 }
 
 async fn output(c: &mut Command) -> Ran {
@@ -238,6 +275,7 @@ async fn logs(cfg: &ConsoleConfig, n: usize) -> Ran {
 mod tests {
     use super::{words, MAX_LINE};
     use crate::ConsoleConfig;
+    use cairn_adminapi::Role;
 
     #[test]
     fn splits_like_a_shell() {
@@ -276,6 +314,7 @@ mod tests {
             // Would run if a line got through: `true` exits 0.
             nodectl: "/bin/true".into(),
             log_dir: None,
+            break_glass: false,
         };
         for line in [
             "flash --force --yes /etc/passwd /tmp/x",
@@ -294,12 +333,14 @@ mod tests {
             "status --token-file /etc/shadow",
             "nodectl status --data /",
             "status --node 2",
+            "status --ca /etc/shadow",
+            "status --cert=/etc/shadow",
         ] {
-            let r = super::run(&cfg, "t", line).await;
+            let r = super::run(&cfg, "t", Role::Admin, line).await;
             assert_eq!(r.code, 2, "{line} ran");
         }
         let long = format!("status {}", "x".repeat(MAX_LINE));
-        assert_eq!(super::run(&cfg, "t", &long).await.code, 2);
+        assert_eq!(super::run(&cfg, "t", Role::Admin, &long).await.code, 2);
         // What is allowed runs (here, `true`), options of its own included.
         for line in [
             "status",
@@ -309,7 +350,34 @@ mod tests {
             "node bmc show --json",
             "node drain 01",
         ] {
-            assert_eq!(super::run(&cfg, "t", line).await.code, 0, "{line}");
+            assert_eq!(
+                super::run(&cfg, "t", Role::Admin, line).await.code,
+                0,
+                "{line}"
+            );
         }
+    }
+
+    #[tokio::test]
+    async fn the_break_glass_is_off_unless_configured_and_admin_only() {
+        let mut cfg = ConsoleConfig {
+            state: "/nonexistent".into(),
+            authorized_keys: Vec::new(),
+            admin: "127.0.0.1:1".into(),
+            nodectl: "/bin/true".into(),
+            log_dir: None,
+            break_glass: false,
+        };
+        let r = super::run(&cfg, "t", Role::Admin, "sh echo glass").await;
+        assert_eq!(r.code, 2);
+        assert!(String::from_utf8_lossy(&r.err).contains("break-glass is off"));
+        cfg.break_glass = true;
+        for role in [Role::Reader, Role::Operator] {
+            let r = super::run(&cfg, "t", role, "sh echo glass").await;
+            assert_eq!(r.code, 2, "{role:?} broke the glass");
+        }
+        let r = super::run(&cfg, "t", Role::Admin, "sh echo glass; exit 3").await;
+        assert_eq!((r.code, r.out.as_slice()), (3, b"glass\n".as_slice()));
+        assert_eq!(super::run(&cfg, "t", Role::Admin, "sh").await.code, 2);
     }
 }

@@ -45,6 +45,20 @@ pub fn parse_line(line: &str) -> Result<Option<AuthorizedKey>, KeyError> {
     Ok(Some(AuthorizedKey { key, role, name }))
 }
 
+/// One public key line (`TYPE BASE64 [COMMENT]`, no role) checked: its
+/// `SHA256:` fingerprint, and the key as `TYPE BASE64` (the comment dropped).
+pub fn check_public_key(line: &str) -> Result<(String, String), KeyError> {
+    let key = PublicKey::from_openssh(line.trim()).map_err(|e| KeyError::Key(e.to_string()))?;
+    let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
+    let text = key.to_openssh().map_err(|e| KeyError::Key(e.to_string()))?;
+    let bare = text
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok((fingerprint, bare))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ mod commands;
 mod keys;
 mod session;
 
-pub use keys::{AuthorizedKey, KeyError};
+pub use keys::{check_public_key, AuthorizedKey, KeyError};
 
 use cairn_adminapi::Role;
 use russh::keys::{ssh_key::LineEnding, PrivateKey};
@@ -46,6 +46,12 @@ pub trait Sessions: Send + Sync + 'static {
     /// A token standing for `who` with `role` until [`Sessions::close`].
     fn open(&self, who: String, role: Role) -> String;
     fn close(&self, token: &str);
+    /// Keys added through the admin API (replicated with the cluster's
+    /// metadata), as authorized-keys lines with their `role=` prefix; read at
+    /// each login, so an added key works and a removed one is refused at once.
+    fn keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What the console needs to know.
@@ -58,6 +64,8 @@ pub struct ConsoleConfig {
     pub authorized_keys: Vec<PathBuf>,
     /// This node's admin API, `host:port`, for the nodectl a session runs.
     pub admin: String,
+    /// `sh COMMAND` runs for admin keys (each use logged); off by default.
+    pub break_glass: bool,
     /// The nodectl binary.
     pub nodectl: PathBuf,
     /// Where the node's daemons log, for `logs` (journald is asked when absent).

@@ -5,6 +5,7 @@
 use crate::commands;
 use crate::keys::AuthorizedKey;
 use crate::{ConsoleConfig, Sessions};
+use cairn_adminapi::Role;
 use russh::server::{Auth, Msg, PublicKeyOffer, Session, VerifiedPublicKey};
 use russh::{Channel, ChannelId};
 use std::collections::HashMap;
@@ -87,10 +88,21 @@ impl Drop for Conn {
 
 impl Conn {
     fn known(&self, key: &russh::keys::PublicKey) -> Option<AuthorizedKey> {
+        let from_api = self
+            .sessions
+            .keys()
+            .into_iter()
+            .filter_map(|line| crate::keys::parse_line(&line).ok().flatten());
         self.cfg
             .keys()
             .into_iter()
+            .chain(from_api)
             .find(|k| k.key.key_data() == key.key_data())
+    }
+
+    /// The logged-in key's role (reader before a login, which never runs a line).
+    fn role(&self) -> Role {
+        self.login.as_ref().map_or(Role::Reader, |l| l.key.role)
     }
 
     fn token(&self) -> &str {
@@ -152,7 +164,7 @@ impl Conn {
             .unwrap_or_default();
         // Debug-formatted: a newline in a line cannot forge a log line.
         tracing::info!(key = %who, line = ?truncated(&line), "SSH console command");
-        let r = commands::run(&self.cfg, self.token(), &line).await;
+        let r = commands::run(&self.cfg, self.token(), self.role(), &line).await;
         Self::say(session, channel, pty, &r.out)?;
         Self::say(session, channel, pty, &r.err)?;
         Self::say(session, channel, pty, PROMPT.as_bytes())
@@ -259,7 +271,7 @@ impl russh::server::Handler for Conn {
             .unwrap_or_default();
         tracing::info!(key = %who, line = ?truncated(&line), "SSH exec");
         let pty = self.consoles.get(&channel).is_some_and(|c| c.pty);
-        let r = commands::run(&self.cfg, self.token(), &line).await;
+        let r = commands::run(&self.cfg, self.token(), self.role(), &line).await;
         Self::say(session, channel, pty, &r.out)?;
         if !r.err.is_empty() {
             session.extended_data(channel, 1, r.err)?;

@@ -185,6 +185,81 @@ fn console_with_openssh() {
         "{audit:#}"
     );
 
+    // A key added through the API (nodectl ssh-key, admin): it logs in with
+    // its role at once; removed, it is refused at its next login.
+    let carol = keygen(keys.path(), "carol@oncall");
+    let nodectl = |args: &[&str]| {
+        Command::new(cairn_it::bin("nodectl"))
+            .args(args)
+            .args(["--admin", &node.admin_addr, "--token-file"])
+            .arg(node.state_dir().join("admin.token"))
+            .output()
+            .unwrap()
+    };
+    let o = run(&mut ssh(&port, &carol, &[], &["status"]));
+    assert_eq!(o.status.code(), Some(255), "an unknown key logged in");
+    let pubkey = carol.with_extension("pub");
+    let o = nodectl(&[
+        "ssh-key",
+        "add",
+        "carol",
+        "--role",
+        "operator",
+        "--json",
+        "--key",
+        pubkey.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let added: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let id = added["id"].as_str().unwrap().to_string();
+    assert!(added["fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("SHA256:"));
+    let o = run(&mut ssh(&port, &carol, &[], &["scrub", "start"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run(&mut ssh(&port, &carol, &[], &["token", "list"]));
+    assert!(
+        text(&o.stderr).contains("needs the admin role"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Twice the same key, a private key, two lines: refused.
+    let o = nodectl(&[
+        "ssh-key",
+        "add",
+        "again",
+        "--role",
+        "admin",
+        "--key",
+        pubkey.to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success() && text(&o.stderr).contains("already added"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = nodectl(&[
+        "ssh-key",
+        "add",
+        "priv",
+        "--role",
+        "admin",
+        "--key",
+        carol.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "a private key was taken");
+    let o = nodectl(&["ssh-key", "list"]);
+    assert!(
+        text(&o.stdout).contains("carol") && text(&o.stdout).contains(&id),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = nodectl(&["ssh-key", "remove", &id]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = run(&mut ssh(&port, &carol, &[], &["status"]));
+    assert_eq!(o.status.code(), Some(255), "a removed key logged in");
+
     // The host key: made once, owner-only, the same after a restart.
     let host = node.state_dir().join("ssh/ssh_host_ed25519_key");
     let before = std::fs::read(&host).unwrap();

@@ -132,6 +132,23 @@ async fn a_single_node_takes_joins_and_keeps_its_objects() {
     }
     let st = first.admin("GET", "/v1/cluster/status");
     assert_eq!(st["nodes"].as_array().unwrap().len(), 3, "{st}");
+    // A joiner enters the map down and takes data once its chunk service has
+    // reported (see cairn-mgmtd's `until_trusted`): until then a write needing
+    // its domain is refused with 503. Wait for all three, as a client would.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let st = first.admin("GET", "/v1/cluster/status");
+        if st["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["state"] == "up")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "joiners not up: {st}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     for n in std::iter::once(&first).chain(&joined) {
         let c = n.client();
         for (i, body) in objects.iter().enumerate() {

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 pub(crate) const ADMIN_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("admin_tokens");
 pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
+/// Admin client certificates (mutual TLS), by certificate SHA-256 (hex).
+pub(crate) const ADMIN_CERTS: TableDefinition<&str, &[u8]> = TableDefinition::new("admin_certs");
+/// SSH console keys added through the admin API, by id.
+pub(crate) const SSH_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("ssh_keys");
 /// Each node's BMC, by node id.
 pub(crate) const BMCS: TableDefinition<u64, &[u8]> = TableDefinition::new("bmcs");
 
@@ -26,6 +30,30 @@ pub struct AdminTokenRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_ms: Option<i64>,
     pub created_by: String,
+}
+
+/// An admin client certificate the cluster issued: its role lives here, not in
+/// the certificate, so deleting the record revokes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminCertRecord {
+    pub name: String,
+    pub role: Role,
+    pub not_after_ms: i64,
+    pub created_ms: i64,
+    pub created_by: String,
+}
+
+/// An SSH console key added through the admin API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKeyRecord {
+    pub name: String,
+    pub role: Role,
+    /// The OpenSSH public key line (`TYPE BASE64 [COMMENT]`).
+    pub public_key: String,
+    /// `SHA256:...`, as ssh-keygen -l shows it.
+    pub fingerprint: String,
+    pub added_ms: i64,
+    pub added_by: String,
 }
 
 /// How the cluster reaches a node's BMC (RMCP+), for power control and fencing.
@@ -64,6 +92,20 @@ pub enum AdminChange {
     SetBmc {
         node: u64,
         record: BmcRecord,
+    },
+    AddSshKey {
+        id: String,
+        record: SshKeyRecord,
+    },
+    CreateCert {
+        sha256: String,
+        record: AdminCertRecord,
+    },
+    DeleteCert {
+        sha256: String,
+    },
+    RemoveSshKey {
+        id: String,
     },
     ClearBmc {
         node: u64,
@@ -104,6 +146,29 @@ pub(crate) fn apply(tx: &redb::WriteTransaction, c: &AdminChange) -> Result<(), 
         AdminChange::SetBmc { node, record } => {
             let mut t = tx.open_table(BMCS)?;
             t.insert(*node, serde_json::to_vec(record)?.as_slice())?;
+        }
+        AdminChange::CreateCert { sha256, record } => {
+            let mut t = tx.open_table(ADMIN_CERTS)?;
+            t.insert(sha256.as_str(), serde_json::to_vec(record)?.as_slice())?;
+        }
+        AdminChange::DeleteCert { sha256 } => {
+            let mut t = tx.open_table(ADMIN_CERTS)?;
+            if t.remove(sha256.as_str())?.is_none() {
+                return Err(MetaError::NoSuchAdminCert(sha256.clone()));
+            }
+        }
+        AdminChange::AddSshKey { id, record } => {
+            let mut t = tx.open_table(SSH_KEYS)?;
+            if t.get(id.as_str())?.is_some() {
+                return Err(MetaError::KeyExists);
+            }
+            t.insert(id.as_str(), serde_json::to_vec(record)?.as_slice())?;
+        }
+        AdminChange::RemoveSshKey { id } => {
+            let mut t = tx.open_table(SSH_KEYS)?;
+            if t.remove(id.as_str())?.is_none() {
+                return Err(MetaError::NoSuchSshKey(id.clone()));
+            }
         }
         AdminChange::ClearBmc { node } => {
             let mut t = tx.open_table(BMCS)?;
@@ -147,6 +212,52 @@ impl MetaStore {
     pub fn admin_tokens(&self) -> Result<Vec<(String, AdminTokenRecord)>, MetaError> {
         let tx = self.db.begin_read()?;
         let t = match tx.open_table(ADMIN_TOKENS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// The admin client certificates, by SHA-256 (hex).
+    pub fn admin_certs(&self) -> Result<Vec<(String, AdminCertRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = match tx.open_table(ADMIN_CERTS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    pub fn admin_cert(&self, sha256: &str) -> Result<Option<AdminCertRecord>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = match tx.open_table(ADMIN_CERTS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let v = t.get(sha256)?;
+        Ok(match v {
+            Some(v) => Some(serde_json::from_slice(v.value())?),
+            None => None,
+        })
+    }
+
+    /// The SSH console keys added through the API, by id.
+    pub fn ssh_keys(&self) -> Result<Vec<(String, SshKeyRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = match tx.open_table(SSH_KEYS) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),

@@ -23,7 +23,9 @@ mod once;
 mod records;
 mod usage;
 
-pub use admin::{AdminChange, AdminTokenRecord, BmcRecord, AUDIT_KEEP};
+pub use admin::{
+    AdminCertRecord, AdminChange, AdminTokenRecord, BmcRecord, SshKeyRecord, AUDIT_KEEP,
+};
 pub use gc::GcEpoch;
 pub use identity::{
     bucket_id, bucket_name, IdentityChange, KeyRecord, Role, TenantKeyRecord, TenantRecord,
@@ -116,6 +118,10 @@ pub enum MetaError {
     NoSuchAdminToken(String),
     #[error("node {0:016x} has no BMC set")]
     NoSuchBmc(u64),
+    #[error("no such SSH key: {0}")]
+    NoSuchSshKey(String),
+    #[error("no such admin certificate: {0}")]
+    NoSuchAdminCert(String),
     /// The change would take a bucket or tenant past its quota.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
@@ -431,6 +437,8 @@ impl MetaStore {
             tx.open_table(admin::ADMIN_TOKENS)?;
             tx.open_table(admin::AUDIT)?;
             tx.open_table(admin::BMCS)?;
+            tx.open_table(admin::SSH_KEYS)?;
+            tx.open_table(admin::ADMIN_CERTS)?;
             usage::rebuild(&tx, false)?;
             tx.commit()?;
         }

@@ -32,12 +32,23 @@ pub(crate) struct Principal {
 /// Tokens the SSH console minted for its sessions, each standing for the
 /// session's key and role while it lasts (in memory: a session ends with the
 /// process).
-#[derive(Debug, Default)]
-pub(crate) struct SessionTokens(std::sync::Mutex<std::collections::HashMap<String, Principal>>);
+/// Also where the console reads the keys added through the API.
+#[derive(Debug)]
+pub(crate) struct SessionTokens {
+    tokens: std::sync::Mutex<std::collections::HashMap<String, Principal>>,
+    meta: cairn_meta::MetaStore,
+}
 
 impl SessionTokens {
+    pub(crate) fn new(meta: cairn_meta::MetaStore) -> SessionTokens {
+        SessionTokens {
+            tokens: Default::default(),
+            meta,
+        }
+    }
+
     fn get(&self, token: &str) -> Option<Principal> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
         map.iter()
             .find(|(t, _)| same(t.as_bytes(), token.as_bytes()))
             .map(|(_, p)| p.clone())
@@ -47,16 +58,29 @@ impl SessionTokens {
 impl cairn_console::Sessions for SessionTokens {
     fn open(&self, who: String, role: Role) -> String {
         let token = format!("session_{}", hex::encode(rand::random::<[u8; 32]>()));
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(token.clone(), Principal { who, role });
         token
     }
 
     fn close(&self, token: &str) {
-        self.0
+        self.tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(token);
+    }
+
+    fn keys(&self) -> Vec<String> {
+        match self.meta.ssh_keys() {
+            Ok(keys) => keys
+                .into_iter()
+                .map(|(_, k)| format!("role={} {} {}", k.role.name(), k.public_key, k.name))
+                .collect(),
+            Err(e) => {
+                tracing::warn!("SSH keys added through the API unreadable: {e}");
+                Vec::new()
+            }
+        }
     }
 }
 
@@ -86,7 +110,11 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
         )
         .into_response();
     };
-    let principal = match authenticate(&app, req.headers(), !action.mutates()) {
+    let cert = req
+        .extensions()
+        .get::<crate::certs::PeerCert>()
+        .and_then(|c| c.0.clone());
+    let principal = match authenticate(&app, req.headers(), !action.mutates(), cert) {
         Ok(p) => p,
         Err(f) => {
             if action.mutates() {
@@ -144,12 +172,21 @@ fn authenticate(
     app: &App,
     headers: &axum::http::HeaderMap,
     basic_ok: bool,
+    cert: Option<String>,
 ) -> Result<Principal, Failure> {
     let unauthorized = |why: &str| Failure::new(ErrorKind::Unauthorized, why.to_string());
     let value = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    // A client certificate (TLS listener) without a token: the table decides.
+    if let (Some(sha256), "") = (&cert, value) {
+        return crate::certs::principal(app, sha256).ok_or_else(|| {
+            unauthorized(
+                "this client certificate is not an admin certificate, or it was revoked or expired",
+            )
+        });
+    }
     let basic = if basic_ok {
         basic_password(value)
     } else {
@@ -277,10 +314,37 @@ pub(crate) async fn create_token(
             record: record.clone(),
         })
         .await?;
+    prune_expired(&store).await;
     Ok(Json(CreatedAdminToken {
         token: format!("cairn_{id}_{secret}"),
         view: view(id, record),
     }))
+}
+
+/// How long an expired token stays listed (so `token list` can still say why a
+/// script's token stopped working) before a token creation prunes it.
+const EXPIRED_KEPT_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// Deletes tokens expired for longer than [`EXPIRED_KEPT_MS`]: the table grows
+/// only with creations, so each creation prunes. Best effort: a token that
+/// stays is refused anyway.
+async fn prune_expired(store: &cairn_objects::ObjectStore) {
+    let now = cairn_meta::now_ms();
+    let Ok(tokens) = store.meta().admin_tokens() else {
+        return;
+    };
+    for (id, rec) in tokens {
+        if rec.expires_ms.is_some_and(|e| e + EXPIRED_KEPT_MS <= now) {
+            if let Err(e) = store
+                .change_admin(AdminChange::DeleteToken { id: id.clone() })
+                .await
+            {
+                tracing::debug!(token = %id, "expired token not pruned: {e}");
+            } else {
+                tracing::info!(target: "cairn_audit", token = %id, name = %rec.name, "expired admin token pruned");
+            }
+        }
+    }
 }
 
 /// `GET /v1/admin/tokens`.

@@ -183,8 +183,11 @@ pub(crate) struct AppParts {
     pub sessions: Arc<crate::access::SessionTokens>,
 }
 
-pub(crate) async fn serve(
+/// Serves the admin API on `listener`, and over TLS on `tls` (a listener, the
+/// node's TLS directory, and when to stop) when given.
+pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
     listener: tokio::net::TcpListener,
+    tls: Option<(tokio::net::TcpListener, PathBuf, F)>,
     parts: AppParts,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
@@ -256,6 +259,16 @@ pub(crate) async fn serve(
         .route(routes::ADMIN_TOKEN, delete(crate::access::revoke_token))
         .route(routes::AUDIT, get(crate::access::audit_list))
         .route(routes::PAGE, get(crate::page::page))
+        .route(
+            routes::ADMIN_CERTS,
+            get(crate::certs::list).post(crate::certs::issue),
+        )
+        .route(routes::ADMIN_CERT, delete(crate::certs::revoke))
+        .route(
+            routes::SSH_KEYS,
+            get(crate::ssh_keys::list).post(crate::ssh_keys::add),
+        )
+        .route(routes::SSH_KEY, delete(crate::ssh_keys::remove))
         .route(routes::BMCS, get(crate::bmc::list))
         .route(
             routes::NODE_BMC,
@@ -275,6 +288,8 @@ pub(crate) async fn serve(
         ))
         .fallback(|| async { Failure::new(ErrorKind::NotFound, "no such route") })
         .with_state(state);
+    let tls_task =
+        tls.map(|(l, dir, stop)| tokio::spawn(crate::certs::serve_tls(l, dir, app.clone(), stop)));
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -282,6 +297,16 @@ pub(crate) async fn serve(
         tracing::error!("admin API stopped: {e}");
     }
     sampler.abort();
+    if let Some(t) = tls_task {
+        let _ = t.await;
+    }
+}
+
+/// The kernel's host name (what node.toml's `hostname` set on an image node).
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 pub(crate) async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, Failure> {
@@ -360,6 +385,7 @@ pub(crate) async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, F
     };
     Ok(Json(NodeStatus {
         health,
+        hostname: hostname(),
         data_dir: app.data.display().to_string(),
         capacity_bytes: drives.iter().map(|d| d.capacity_bytes).sum(),
         used_bytes: drives.iter().map(|d| d.used_bytes).sum(),

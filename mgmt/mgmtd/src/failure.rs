@@ -82,7 +82,9 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         | MetaError::NoSuchUser(_)
         | MetaError::NoSuchAccessKey(_)
         | MetaError::NoSuchAdminToken(_)
-        | MetaError::NoSuchBmc(_) => ErrorKind::NotFound,
+        | MetaError::NoSuchBmc(_)
+        | MetaError::NoSuchSshKey(_)
+        | MetaError::NoSuchAdminCert(_) => ErrorKind::NotFound,
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists

@@ -10,6 +10,7 @@
 mod access;
 mod admin;
 mod bmc;
+mod certs;
 mod cluster;
 #[cfg(feature = "failpoints")]
 mod failpoints;
@@ -22,6 +23,7 @@ mod metrics;
 mod page;
 mod resp;
 mod scrub;
+mod ssh_keys;
 mod tenants;
 
 pub use cluster::ClusterOpts;
@@ -88,10 +90,15 @@ pub struct Config {
     pub admin: SocketAddr,
     /// Set: RESP (Redis protocol) served here, over the same objects as S3.
     pub resp: Option<SocketAddr>,
+    /// Set: the admin API is also served here over TLS with the node's
+    /// certificate, to clients with an admin certificate or a token.
+    pub admin_tls: Option<SocketAddr>,
     /// Set: the SSH admin console served here.
     pub ssh: Option<SocketAddr>,
     /// Authorized-keys files of the SSH console beyond `DATA/ssh/authorized_keys`.
     pub ssh_authorized_keys: Vec<PathBuf>,
+    /// The SSH console's break-glass (`sh COMMAND` for admin keys, logged).
+    pub ssh_break_glass: bool,
     /// The node's own BMC device (`/dev/ipmi0` on an appliance): its watchdog
     /// and event log are used when it is there (see `local_bmc`).
     pub bmc_device: Option<PathBuf>,
@@ -253,14 +260,30 @@ async fn run_cluster(
     let admin_addr = admin_listener
         .local_addr()
         .map_err(io_err("admin address"))?;
+    let admin_tls = match cfg.admin_tls {
+        Some(addr) => Some((
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(io_err(format!(
+                    "bind the admin API's TLS listener on {addr}"
+                )))?,
+            cfg.data.join("tls"),
+        )),
+        None => None,
+    };
+    let admin_tls_addr = match &admin_tls {
+        Some((l, _)) => Some(l.local_addr().map_err(io_err("admin TLS address"))?),
+        None => None,
+    };
     let (s3_metrics, resp_metrics) = (
         cairn_s3::S3Metrics::default(),
         cairn_resp::RespMetrics::default(),
     );
     let metrics = Arc::new(metrics::Metrics::new(&s3_metrics, &resp_metrics));
-    let sessions = Arc::new(access::SessionTokens::default());
+    let sessions = Arc::new(access::SessionTokens::new(meta.clone()));
     let admin_task = tokio::spawn(admin::serve(
         admin_listener,
+        admin_tls.map(|(l, dir)| (l, dir, stopped(stop_rx.clone()))),
         admin::AppParts {
             node: node.clone(),
             local: local_datapath.clone(),
@@ -281,6 +304,7 @@ async fn run_cluster(
                 authorized_keys: cfg.ssh_authorized_keys.clone(),
                 admin: admin_addr.to_string(),
                 nodectl: nodectl_binary(),
+                break_glass: cfg.ssh_break_glass,
                 // A `nodectl dev up` node logs to files beside its state.
                 log_dir: cfg
                     .data
@@ -379,6 +403,9 @@ async fn run_cluster(
             "internal": internal_addr.to_string(),
             "node_id": cluster::id_hex(c.id()),
         });
+        if let Some(a) = admin_tls_addr {
+            body["admin_tls"] = a.to_string().into();
+        }
         if let Some(a) = resp_addr {
             body["resp"] = a.to_string().into();
         }

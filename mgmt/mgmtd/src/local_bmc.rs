@@ -79,7 +79,9 @@ pub(crate) async fn run(
                 tracing::warn!("BMC watchdog kick: {e}");
             }
         }
-        let Ok(drives) = local.drives().await else {
+        // Bounded: a datapathd that hangs must not hold the kicks back (the
+        // watchdog is mgmtd's, not datapathd's).
+        let Ok(Ok(drives)) = tokio::time::timeout(TICK, local.drives()).await else {
             continue;
         };
         for d in drives {

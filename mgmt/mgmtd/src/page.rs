@@ -189,11 +189,12 @@ fn render(v: &View, rates: &[(f64, f64)]) -> String {
         h,
         "<!doctype html><html lang=en><head><meta charset=utf-8>\
          <meta http-equiv=refresh content=10><title>Cairn {}</title><style>{STYLE}</style></head><body>\
-         <h1>Cairn node {} <span id=health class=\"badge {}\">{}</span></h1><p>cluster {}</p>",
+         <h1>Cairn {} <span id=health class=\"badge {}\">{}</span></h1><p>node {} · cluster {}</p>",
         esc(&this),
-        esc(&this),
+        esc(&crate::admin::hostname()),
         esc(health),
         esc(health),
+        esc(&this),
         esc(&cluster_id),
     );
     let al = alerts(v);

@@ -145,3 +145,213 @@ pub async fn audit(target: &Target, limit: usize, json: bool) -> Result<(), Node
     }
     Ok(())
 }
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SshKeyCmd {
+    /// A key that may log in to the SSH console of every node, with a role.
+    Add {
+        /// Whose key (the audit names its sessions `ssh:NAME`).
+        name: String,
+        /// reader, operator or admin.
+        #[arg(long, value_parser = role)]
+        role: Role,
+        /// The public key file (`id_ed25519.pub`); `-` reads stdin.
+        #[arg(long)]
+        key: std::path::PathBuf,
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The keys added through the API (the nodes' authorized-keys files aside).
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Removes a key: refused at its next login on every node.
+    Remove {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+fn key_line(k: &cairn_adminapi::SshKeyView) -> String {
+    format!(
+        "{}  {:<20} {:<8} {:<12} {}  added {} by {}",
+        k.id,
+        k.name,
+        k.role,
+        k.key_type,
+        k.fingerprint,
+        when(k.added_ms),
+        k.added_by
+    )
+}
+
+pub async fn ssh_key(cmd: SshKeyCmd) -> Result<(), NodectlError> {
+    match cmd {
+        SshKeyCmd::Add {
+            name,
+            role,
+            key,
+            target,
+            json,
+        } => {
+            let text = if key.as_os_str() == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                    .map_err(crate::io_err("read the public key from stdin"))?;
+                s
+            } else {
+                std::fs::read_to_string(&key)
+                    .map_err(crate::io_err(format!("read {}", key.display())))?
+            };
+            let public_key = text.trim().to_string();
+            let k = target
+                .api()?
+                .ssh_key_add(&cairn_adminapi::NewSshKey {
+                    name,
+                    role,
+                    public_key,
+                })
+                .await?;
+            if json {
+                print_json(&k);
+            } else {
+                println!("{}", key_line(&k));
+            }
+        }
+        SshKeyCmd::List { target, json } => {
+            let keys = target.api()?.ssh_keys().await?;
+            if json {
+                print_json(&keys);
+            } else if keys.is_empty() {
+                println!("no SSH keys added through the API (nodectl ssh-key add NAME --role R --key FILE)");
+            } else {
+                for k in &keys {
+                    println!("{}", key_line(k));
+                }
+            }
+        }
+        SshKeyCmd::Remove { id, target } => {
+            target.api()?.ssh_key_remove(&id).await?;
+            println!("SSH key {id} removed");
+        }
+    }
+    Ok(())
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CertCmd {
+    /// An admin client certificate for the API over TLS (`mgmtd --admin-tls`):
+    /// the key pair is made here and its private half never leaves this
+    /// machine. Writes DIR/NAME.pem, DIR/NAME.key (0600) and DIR/ca.pem; use them
+    /// with `--admin https://HOST:PORT --cert ... --key ... --ca ...`.
+    Issue {
+        name: String,
+        /// reader, operator or admin.
+        #[arg(long, value_parser = role)]
+        role: Role,
+        /// Days it is valid.
+        #[arg(long, default_value_t = 365)]
+        days: u32,
+        /// Where to write the files (made if absent).
+        #[arg(long, default_value = ".")]
+        out: std::path::PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every admin certificate issued (and not revoked).
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revokes one (its id, or 8+ leading hex digits of its SHA-256): refused
+    /// at once on every node.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+fn cert_line(c: &cairn_adminapi::AdminCertView) -> String {
+    format!(
+        "{}  {:<20} {:<8} expires {}  issued {} by {}",
+        c.id,
+        c.name,
+        c.role,
+        when(c.not_after_ms),
+        when(c.created_ms),
+        c.created_by
+    )
+}
+
+pub async fn cert(cmd: CertCmd) -> Result<(), NodectlError> {
+    match cmd {
+        CertCmd::Issue {
+            name,
+            role,
+            days,
+            out,
+            target,
+        } => {
+            let key = cairn_pki::ca::NodeKey::generate()
+                .map_err(|e| NodectlError::Daemon(format!("a key pair: {e}")))?;
+            let issued = target
+                .api()?
+                .admin_cert_issue(&cairn_adminapi::NewAdminCert {
+                    name: name.clone(),
+                    role,
+                    public_key_hex: key.public_hex(),
+                    days: Some(days),
+                })
+                .await?;
+            std::fs::create_dir_all(&out)
+                .map_err(crate::io_err(format!("create {}", out.display())))?;
+            let write = |file: String, text: &str, mode: u32| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let p = out.join(file);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(mode)
+                    .open(&p)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .map_err(crate::io_err(format!("write {}", p.display())))
+            };
+            write(format!("{name}.key"), &key.private_pem(), 0o600)?;
+            write(format!("{name}.pem"), &issued.cert_pem, 0o644)?;
+            write("ca.pem".into(), &issued.ca_pem, 0o644)?;
+            println!("{}", cert_line(&issued.view));
+            println!(
+                "wrote {0}/{name}.pem, {0}/{name}.key and {0}/ca.pem",
+                out.display()
+            );
+        }
+        CertCmd::List { target, json } => {
+            let certs = target.api()?.admin_certs().await?;
+            if json {
+                print_json(&certs);
+            } else if certs.is_empty() {
+                println!("no admin certificates (nodectl cert issue NAME --role R)");
+            } else {
+                for c in &certs {
+                    println!("{}", cert_line(c));
+                }
+            }
+        }
+        CertCmd::Revoke { id, target } => {
+            target.api()?.admin_cert_revoke(&id).await?;
+            println!("admin certificate {id} revoked");
+        }
+    }
+    Ok(())
+}

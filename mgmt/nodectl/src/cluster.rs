@@ -22,6 +22,16 @@ pub struct Target {
     /// The node's admin token file (with --admin).
     #[arg(long, default_value = "/var/lib/cairn/mgmt/admin.token")]
     pub token_file: PathBuf,
+    /// An admin certificate (PEM, from `nodectl cert issue`) for an
+    /// `--admin https://...` address: it stands in for a token.
+    #[arg(long, env = "CAIRN_ADMIN_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The admin certificate's key (PEM).
+    #[arg(long, env = "CAIRN_ADMIN_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// The cluster CA (PEM) an `https://` admin address is checked against.
+    #[arg(long, env = "CAIRN_ADMIN_CA")]
+    pub ca: Option<PathBuf>,
 }
 
 impl Target {
@@ -37,12 +47,40 @@ impl Target {
     pub fn api(&self) -> Result<AdminClient, NodectlError> {
         let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         match self.admin.clone().or_else(|| env("CAIRN_ADMIN")) {
+            Some(addr) if addr.trim().starts_with("https://") => self.tls_api(&addr),
             Some(addr) => match env("CAIRN_ADMIN_TOKEN") {
                 Some(t) => Ok(AdminClient::new(&addr, t.trim())),
                 None => Ok(AdminClient::from_token_file(&addr, &self.token_file)?),
             },
             None => crate::admin::of_dev(&self.data, self.node),
         }
+    }
+
+    /// An `https://` admin address: the cluster CA, then the admin certificate
+    /// (no token needed) or, without one, a token as over plain HTTP.
+    fn tls_api(&self, addr: &str) -> Result<AdminClient, NodectlError> {
+        let read =
+            |p: &PathBuf| std::fs::read(p).map_err(crate::io_err(format!("read {}", p.display())));
+        let ca = self.ca.as_ref().ok_or_else(|| {
+            NodectlError::Usage(
+                "an https:// admin address needs --ca (the cluster CA, as `nodectl cert issue` wrote it)"
+                    .into(),
+            )
+        })?;
+        let ca = read(ca)?;
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let client = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => {
+                AdminClient::new(addr, "").with_tls(&ca, Some((&read(c)?, &read(k)?)))?
+            }
+            _ => match env("CAIRN_ADMIN_TOKEN") {
+                Some(t) => AdminClient::new(addr, t.trim()).with_tls(&ca, None)?,
+                None => {
+                    AdminClient::from_token_file(addr, &self.token_file)?.with_tls(&ca, None)?
+                }
+            },
+        };
+        Ok(client)
     }
 }
 
@@ -200,15 +238,76 @@ pub async fn status(t: &Target, json: bool) -> Result<(), NodectlError> {
     Ok(())
 }
 
-pub async fn drain(t: &Target, node: &str) -> Result<(), NodectlError> {
-    let epoch = t
-        .api()?
+pub async fn drain(t: &Target, node: &str, follow: bool) -> Result<(), NodectlError> {
+    let api = t.api()?;
+    let epoch = api
         .cluster_drain(&NodeRequest {
             node: node.to_string(),
             force: false,
         })
         .await?;
     println!("node {node} draining (map epoch {epoch}); repair moves its fragments");
+    if follow {
+        follow_repair(&api).await?;
+        println!("node {node} drained: nothing left to move (`nodectl node remove {node}`)");
+    }
+    Ok(())
+}
+
+/// Follows repair until no fragment is missing: a progress bar on a terminal,
+/// a line every 10 s otherwise (logs, scripts).
+pub async fn follow_repair(api: &AdminClient) -> Result<(), NodectlError> {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
+    let pb = if tty {
+        let pb = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg:>10} [{bar:40}] {pos}/{len} fragments  {prefix}",
+        ) {
+            pb.set_style(style.progress_chars("=> "));
+        }
+        pb.set_message("moving");
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut most = 0u64;
+    let mut last_line = std::time::Instant::now();
+    // A drain takes effect when the map change applies: the first readings may
+    // not show its fragments missing yet.
+    let mut settled = 0;
+    loop {
+        let s = api.cluster_status().await?;
+        let missing = s.objects.fragments_missing;
+        most = most.max(missing);
+        let eta = s
+            .repair
+            .eta_seconds
+            .map_or(String::new(), |e| format!("eta {e:.0} s"));
+        pb.set_length(most);
+        pb.set_position(most - missing);
+        pb.set_prefix(format!(
+            "{:.1} MiB/s {eta} ({})",
+            s.repair.rate_mib_s, s.repair.state
+        ));
+        if !tty && last_line.elapsed() >= std::time::Duration::from_secs(10) {
+            println!(
+                "repair: {missing} fragments to go of {most}, {:.1} MiB/s {eta} ({})",
+                s.repair.rate_mib_s, s.repair.state
+            );
+            last_line = std::time::Instant::now();
+        }
+        if missing == 0 && s.repair.state == "idle" {
+            settled += 1;
+            if settled >= 3 {
+                break;
+            }
+        } else {
+            settled = 0;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+    pb.finish_and_clear();
     Ok(())
 }
 

@@ -119,6 +119,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: access::TokenCmd,
     },
+    /// Admin client certificates for the API over TLS, with roles.
+    Cert {
+        #[command(subcommand)]
+        cmd: access::CertCmd,
+    },
+    /// Keys that may log in to the SSH console, with roles, on every node.
+    SshKey {
+        #[command(subcommand)]
+        cmd: access::SshKeyCmd,
+    },
     /// The newest mutating admin calls: who, what, when, how they ended.
     Audit {
         /// How many (the cluster keeps the last 10,000).
@@ -279,6 +289,10 @@ enum NodeCmd {
     Drain {
         /// Node id (hex, or a unique prefix).
         id: String,
+        /// Stay until repair has moved every fragment off it, showing progress;
+        /// exits 0 then (the node can be removed).
+        #[arg(long)]
+        follow: bool,
         #[command(flatten)]
         target: cluster::Target,
     },
@@ -363,7 +377,7 @@ async fn main() -> std::process::ExitCode {
             ClusterCmd::Health { target, json } => cluster::health(&target, json).await,
         },
         Cmd::Node { cmd } => match cmd {
-            NodeCmd::Drain { id, target } => cluster::drain(&target, &id).await,
+            NodeCmd::Drain { id, follow, target } => cluster::drain(&target, &id, follow).await,
             NodeCmd::Remove { id, force, target } => cluster::remove(&target, &id, force).await,
             NodeCmd::Update(a) => nodeos::update(a).await,
             NodeCmd::Rollback(a) => nodeos::rollback(a),
@@ -390,6 +404,8 @@ async fn main() -> std::process::ExitCode {
         Cmd::Key { cmd } => tenants::key(cmd).await,
         Cmd::Kv { cmd } => kv::kv(cmd).await,
         Cmd::Token { cmd } => access::token(cmd).await,
+        Cmd::SshKey { cmd } => access::ssh_key(cmd).await,
+        Cmd::Cert { cmd } => access::cert(cmd).await,
         Cmd::Audit {
             limit,
             target,

@@ -29,7 +29,11 @@ pub async fn show(target: &crate::cluster::Target, json: bool) -> Result<(), Nod
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
-    println!("Node         {}", status.health);
+    if status.hostname.is_empty() {
+        println!("Node         {}", status.health);
+    } else {
+        println!("Node         {} ({})", status.hostname, status.health);
+    }
     if let Some(s3) = &s3 {
         println!("S3           http://{s3}");
     }

@@ -96,6 +96,10 @@ pub fn mgmtd_args(
         a.push("--s3-domain".into());
         a.push(d.clone());
     }
+    if let Some(tls) = cfg.admin.tls_listen {
+        a.push("--admin-tls".into());
+        a.push(tls.to_string());
+    }
     // The appliance's own BMC, when the kernel exposes one: its watchdog and
     // event log (mgmtd does without when the device is absent).
     a.push("--bmc-device".into());
@@ -105,6 +109,9 @@ pub fn mgmtd_args(
         a.push(ssh.to_string());
         a.push("--ssh-authorized-keys".into());
         a.push(run.join(SSH_KEYS).display().to_string());
+        if cfg.ssh.break_glass {
+            a.push("--ssh-break-glass".into());
+        }
     }
     if let (Mode::Cluster, Some(c)) = (cfg.mode, &cfg.cluster) {
         a.push("--internal".into());

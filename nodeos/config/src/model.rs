@@ -42,6 +42,10 @@ pub struct Ssh {
     pub listen: Option<SocketAddr>,
     #[serde(default)]
     pub authorized_keys: Vec<String>,
+    /// Lets admin keys run shell command lines in the console (`sh COMMAND`),
+    /// each logged. Off by default.
+    #[serde(default)]
+    pub break_glass: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -70,12 +74,17 @@ pub struct S3 {
 pub struct Admin {
     #[serde(default = "default_admin")]
     pub listen: SocketAddr,
+    /// The admin API over TLS too (the node's certificate; admin client
+    /// certificates or tokens): off unless set.
+    #[serde(default)]
+    pub tls_listen: Option<SocketAddr>,
 }
 
 impl Default for Admin {
     fn default() -> Self {
         Admin {
             listen: default_admin(),
+            tls_listen: None,
         }
     }
 }

@@ -191,6 +191,40 @@ pub fn issue(
     Ok(cert.pem())
 }
 
+/// Signs a client certificate for an operator (the admin API's mutual TLS) over
+/// `public_key_hex`: named `admin NAME`, client authentication only, valid for
+/// `days`. What it may do is not in it: the cluster keeps the certificate's
+/// fingerprint with a role, and forgets it to revoke it.
+pub fn issue_admin(
+    secrets: &Secrets,
+    cluster_id: &str,
+    name: &str,
+    days: u32,
+    public_key_hex: &str,
+) -> Result<String, PkiError> {
+    let raw = unhex(public_key_hex)
+        .filter(|k| k.len() == 65 && k[0] == 4)
+        .ok_or(PkiError::BadPublicKey)?;
+    let ca_key = KeyPair::from_pem(&secrets.ca_key_pem).map_err(pki_err("CA key"))?;
+    let issuer = Issuer::new(ca_params(cluster_id), ca_key);
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "Cairn");
+    dn.push(DnType::CommonName, format!("admin {name}"));
+    params.distinguished_name = dn;
+    params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + time::Duration::days(i64::from(days.max(1)));
+    let cert = params
+        .signed_by(&RawP256(raw), &issuer)
+        .map_err(pki_err("admin certificate"))?;
+    Ok(cert.pem())
+}
+
 /// The host of `host:port` (brackets of an IPv6 address removed).
 pub(crate) fn host_of(addr: &str) -> &str {
     match addr.rsplit_once(':') {

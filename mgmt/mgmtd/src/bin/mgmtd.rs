@@ -27,6 +27,10 @@ struct Args {
     /// RESP (Redis protocol) listen address; RESP is off without it.
     #[arg(long, env = "CAIRN_RESP")]
     resp: Option<SocketAddr>,
+    /// The admin API over TLS too, here: the node's certificate, and clients
+    /// authenticated by an admin certificate (`nodectl cert issue`) or a token.
+    #[arg(long, env = "CAIRN_ADMIN_TLS")]
+    admin_tls: Option<SocketAddr>,
     /// SSH admin console listen address (key-only; off without it).
     #[arg(long, env = "CAIRN_SSH")]
     ssh: Option<SocketAddr>,
@@ -38,6 +42,11 @@ struct Args {
         value_delimiter = ','
     )]
     ssh_authorized_keys: Vec<PathBuf>,
+    /// Lets the SSH console's admin keys run shell command lines (`sh COMMAND`),
+    /// each logged as an audit warning. Off by default: the console is nodectl's
+    /// commands only.
+    #[arg(long, env = "CAIRN_SSH_BREAK_GLASS")]
+    ssh_break_glass: bool,
     /// The node's own BMC device: when it exists, mgmtd arms the BMC's watchdog
     /// (a hung mgmtd gets the node reset) and writes drive failures to its event
     /// log. Off unless given (the image gives /dev/ipmi0): a development
@@ -194,6 +203,8 @@ async fn main() -> std::process::ExitCode {
         resp: args.resp,
         ssh: args.ssh,
         ssh_authorized_keys: args.ssh_authorized_keys,
+        ssh_break_glass: args.ssh_break_glass,
+        admin_tls: args.admin_tls,
         bmc_device: args.bmc_device,
         bmc_watchdog: std::time::Duration::from_secs(args.bmc_watchdog),
         resp_max_clients: args.resp_max_clients.max(1),
