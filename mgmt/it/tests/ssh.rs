@@ -206,7 +206,7 @@ fn console_with_openssh() {
         "--role",
         "operator",
         "--json",
-        "--key",
+        "--public-key",
         pubkey.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
@@ -231,7 +231,7 @@ fn console_with_openssh() {
         "again",
         "--role",
         "admin",
-        "--key",
+        "--public-key",
         pubkey.to_str().unwrap(),
     ]);
     assert!(
@@ -245,7 +245,7 @@ fn console_with_openssh() {
         "priv",
         "--role",
         "admin",
-        "--key",
+        "--public-key",
         carol.to_str().unwrap(),
     ]);
     assert!(!o.status.success(), "a private key was taken");

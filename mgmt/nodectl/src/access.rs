@@ -157,7 +157,7 @@ pub enum SshKeyCmd {
         role: Role,
         /// The public key file (`id_ed25519.pub`); `-` reads stdin.
         #[arg(long)]
-        key: std::path::PathBuf,
+        public_key: std::path::PathBuf,
         #[command(flatten)]
         target: Target,
         #[arg(long)]
@@ -196,7 +196,7 @@ pub async fn ssh_key(cmd: SshKeyCmd) -> Result<(), NodectlError> {
         SshKeyCmd::Add {
             name,
             role,
-            key,
+            public_key: key,
             target,
             json,
         } => {
@@ -229,7 +229,7 @@ pub async fn ssh_key(cmd: SshKeyCmd) -> Result<(), NodectlError> {
             if json {
                 print_json(&keys);
             } else if keys.is_empty() {
-                println!("no SSH keys added through the API (nodectl ssh-key add NAME --role R --key FILE)");
+                println!("no SSH keys added through the API (nodectl ssh-key add NAME --role R --public-key FILE)");
             } else {
                 for k in &keys {
                     println!("{}", key_line(k));

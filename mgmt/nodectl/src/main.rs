@@ -425,3 +425,15 @@ async fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Clap checks a command's arguments only when that command is parsed: a
+    /// flag name used twice (a subcommand's own and the flattened target's)
+    /// would panic at its first use. Check every command at once.
+    #[test]
+    fn every_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}
