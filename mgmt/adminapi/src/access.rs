@@ -156,6 +156,27 @@ actions! {
 }
 
 impl Action {
+    /// Whether a tenant's token may take it (within its own tenant: the route's
+    /// `{tenant}`, or the tenant of the access key it names).
+    pub fn tenant_scoped(self) -> bool {
+        matches!(
+            self,
+            Action::TenantShow
+                | Action::UserList
+                | Action::UserCreate
+                | Action::UserSetDisabled
+                | Action::UserDelete
+                | Action::KeyCreate
+                | Action::KeyList
+                | Action::KeyRevoke
+                | Action::BucketList
+                | Action::BucketSetQuota
+                | Action::KvPoolList
+                | Action::KvPoolCreate
+                | Action::KvPoolDelete
+        )
+    }
+
     /// The action a request names by its method and matched route.
     pub fn of(method: &str, route: &str) -> Option<Action> {
         Action::ALL.iter().copied().find(|a| {
@@ -250,6 +271,11 @@ pub struct NewAdminToken {
     /// Seconds it stays valid; none: until revoked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_s: Option<u64>,
+    /// A tenant (name or id): the token then acts only within it, with its role
+    /// there (reader: read it; operator: also its KV pools and buckets' quotas;
+    /// admin: also its users and keys), and on nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// An admin token as listed (never its secret).
@@ -263,6 +289,9 @@ pub struct AdminTokenView {
     pub expires_ms: Option<i64>,
     /// Who created it.
     pub created_by: String,
+    /// The tenant it is limited to (its name), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 /// The answer to [`NewAdminToken`]: the token itself, shown this once (the

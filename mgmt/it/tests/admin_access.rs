@@ -245,3 +245,117 @@ async fn roles_tokens_and_audit() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A tenant's token (`token create --tenant`): its role holds within its own
+/// tenant (users, keys, buckets, KV pools) and nowhere else: not another
+/// tenant, not the node, not tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_tokens_act_only_within_their_tenant() {
+    let node = Node::start(NodeOptions::default());
+    let local = std::fs::read_to_string(node.state_dir().join("admin.token")).unwrap();
+    let local = local.trim();
+    let api = Api {
+        base: format!("http://{}", node.admin_addr),
+        http: reqwest::Client::new(),
+    };
+    for t in ["acme", "globex"] {
+        let (st, v) = api
+            .call(local, "POST", "/v1/tenants", Some(json!({"name": t})))
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let (st, v) = api
+        .call(
+            local,
+            "POST",
+            "/v1/admin/tokens",
+            Some(json!({"name": "acme-admin", "role": "admin", "tenant": "acme"})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["tenant"], "acme", "{v}");
+    let acme = v["token"].as_str().unwrap().to_string();
+    let (st, v) = api
+        .call(
+            local,
+            "POST",
+            "/v1/admin/tokens",
+            Some(json!({"name": "nobody", "role": "admin", "tenant": "initech"})),
+        )
+        .await;
+    assert_eq!(st, 404, "a token for an unknown tenant: {v}");
+
+    let user = |n: &str| Some(json!({"name": n, "role": "read-write"}));
+    let cases: Vec<(&str, &str, Option<Value>, u16)> = vec![
+        ("GET", "/v1/tenants/acme", None, 200),
+        ("POST", "/v1/tenants/acme/users", user("wile"), 200),
+        ("GET", "/v1/tenants/acme/users", None, 200),
+        ("POST", "/v1/tenants/acme/users/wile/keys", None, 200),
+        ("GET", "/v1/tenants/acme/buckets", None, 200),
+        // Another tenant, by name or by id, and percent-encoded: refused.
+        ("GET", "/v1/tenants/globex", None, 403),
+        ("POST", "/v1/tenants/globex/users", user("mallory"), 403),
+        ("GET", "/v1/tenants/%67lobex/users", None, 403),
+        // Nothing outside tenants.
+        ("GET", "/v1/tenants", None, 403),
+        ("GET", "/v1/status", None, 403),
+        ("GET", "/metrics", None, 403),
+        ("GET", "/v1/admin/tokens", None, 403),
+        (
+            "POST",
+            "/v1/admin/tokens",
+            Some(json!({"name": "escalate", "role": "admin"})),
+            403,
+        ),
+        (
+            "PUT",
+            "/v1/tenants/acme/quota",
+            Some(json!({"max_bytes": 1})),
+            403,
+        ),
+        ("DELETE", "/v1/tenants/acme", None, 403),
+    ];
+    for (method, path, body, want) in cases {
+        let (st, v) = api.call(&acme, method, path, body).await;
+        assert_eq!(st, want, "{method} {path}: {v}");
+    }
+    let (_, gid) = api.call(local, "GET", "/v1/tenants/globex", None).await;
+    let gid = gid["id"].as_str().unwrap().to_string();
+    let (st, _) = api
+        .call(&acme, "GET", &format!("/v1/tenants/{gid}/users"), None)
+        .await;
+    assert_eq!(st, 403, "another tenant by id");
+
+    // Keys: its own revoked, another tenant's refused.
+    let (st, k) = api
+        .call(local, "POST", "/v1/tenants/globex/users", user("road"))
+        .await;
+    assert_eq!(st, 200, "{k}");
+    let (_, gk) = api
+        .call(local, "POST", "/v1/tenants/globex/users/road/keys", None)
+        .await;
+    let gk = gk["access_key"].as_str().unwrap().to_string();
+    let (st, _) = api
+        .call(&acme, "DELETE", &format!("/v1/keys/{gk}"), None)
+        .await;
+    assert_eq!(st, 403, "another tenant's key revoked");
+    let (_, ak) = api
+        .call(&acme, "POST", "/v1/tenants/acme/users/wile/keys", None)
+        .await;
+    let ak = ak["access_key"].as_str().unwrap().to_string();
+    let (st, v) = api
+        .call(&acme, "DELETE", &format!("/v1/keys/{ak}"), None)
+        .await;
+    assert_eq!(st, 200, "its own key: {v}");
+
+    // The audit names the token and its refusals.
+    let (_, audit) = api.call(local, "GET", "/v1/audit?limit=200", None).await;
+    assert!(
+        audit.as_array().unwrap().iter().any(|e| e["who"]
+            .as_str()
+            .unwrap_or("")
+            .contains("acme-admin")
+            && e["status"] == 403),
+        "{audit:#}"
+    );
+}

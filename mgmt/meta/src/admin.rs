@@ -30,6 +30,9 @@ pub struct AdminTokenRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_ms: Option<i64>,
     pub created_by: String,
+    /// The tenant (id) it is limited to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<u64>,
 }
 
 /// An admin client certificate the cluster issued: its role lives here, not in

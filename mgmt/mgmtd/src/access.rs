@@ -27,6 +27,8 @@ use sha2::{Digest, Sha256};
 pub(crate) struct Principal {
     pub who: String,
     pub role: Role,
+    /// A tenant's token: its role holds within that tenant only.
+    pub tenant: Option<u64>,
 }
 
 /// Tokens the SSH console minted for its sessions, each standing for the
@@ -59,7 +61,14 @@ impl cairn_console::Sessions for SessionTokens {
     fn open(&self, who: String, role: Role) -> String {
         let token = format!("session_{}", hex::encode(rand::random::<[u8; 32]>()));
         let mut map = self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(token.clone(), Principal { who, role });
+        map.insert(
+            token.clone(),
+            Principal {
+                who,
+                role,
+                tenant: None,
+            },
+        );
         token
     }
 
@@ -133,7 +142,17 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
             return resp;
         }
     };
-    let resp = if principal.role < action.role() {
+    let out_of_scope = match principal.tenant {
+        Some(t) => out_of_tenant(&app, &req, action, t),
+        None => None,
+    };
+    let resp = if let Some(why) = out_of_scope {
+        Failure::new(
+            ErrorKind::Forbidden,
+            format!("{} may not {}: {why}", principal.who, action.name()),
+        )
+        .into_response()
+    } else if principal.role < action.role() {
         Failure::new(
             ErrorKind::Forbidden,
             format!(
@@ -153,6 +172,47 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
         audit(&app, &principal, action, path, resp.status().as_u16());
     }
     resp
+}
+
+/// Why a tenant's token may not take this request (none: it may): only the
+/// tenant-scoped actions, and only on its own tenant.
+fn out_of_tenant(app: &App, req: &Request, action: Action, tenant: u64) -> Option<String> {
+    if !action.tenant_scoped() {
+        return Some("a tenant's token acts only within its tenant".into());
+    }
+    let Ok(store) = app.store() else {
+        return Some("the node is not serving yet".into());
+    };
+    let meta = store.meta();
+    // The route's `{tenant}` (a name or an id), or the tenant of the access key
+    // `/v1/keys/{access_key}` names.
+    let path = req.uri().path();
+    let segment = |after: &str| -> Option<String> {
+        let rest = path.strip_prefix(after)?;
+        let seg = rest.split('/').next()?;
+        Some(
+            percent_encoding::percent_decode_str(seg)
+                .decode_utf8_lossy()
+                .into_owned(),
+        )
+    };
+    let theirs = if let Some(named) = segment("/v1/tenants/") {
+        crate::tenants::find_tenant(meta, &named)
+            .ok()
+            .map(|(id, _)| id)
+    } else if let Some(key) = segment("/v1/keys/") {
+        meta.key_holder(&key)
+            .ok()
+            .flatten()
+            .map(|(k, _, _)| k.tenant)
+    } else {
+        None
+    };
+    if theirs == Some(tenant) {
+        None
+    } else {
+        Some("that is not its tenant's".into())
+    }
 }
 
 /// The token of a Basic `Authorization` value: its password (any user name).
@@ -200,6 +260,7 @@ fn authenticate(
         return Ok(Principal {
             who: "local".into(),
             role: Role::Admin,
+            tenant: None,
         });
     }
     if let Some(p) = app.sessions().get(token) {
@@ -225,6 +286,7 @@ fn authenticate(
     Ok(Principal {
         who: format!("token:{id} ({})", rec.name),
         role: rec.role,
+        tenant: rec.tenant,
     })
 }
 
@@ -267,7 +329,11 @@ fn audit(app: &App, p: &Principal, action: Action, path: String, status: u16) {
     });
 }
 
-fn view(id: String, r: AdminTokenRecord) -> AdminTokenView {
+fn view(meta: &cairn_meta::MetaStore, id: String, r: AdminTokenRecord) -> AdminTokenView {
+    let tenant = r.tenant.map(|t| match meta.tenant(t) {
+        Ok(Some(rec)) => rec.name,
+        _ => format!("{t:016x}"),
+    });
     AdminTokenView {
         id,
         name: r.name,
@@ -275,6 +341,7 @@ fn view(id: String, r: AdminTokenRecord) -> AdminTokenView {
         created_ms: r.created_ms,
         expires_ms: r.expires_ms,
         created_by: r.created_by,
+        tenant,
     }
 }
 
@@ -294,7 +361,11 @@ pub(crate) async fn create_token(
             "a token's name is 1 to 64 of A-Z a-z 0-9 space . _ @ : + -",
         ));
     }
-    let store = app.store()?;
+    let store = crate::tenants::current(&app).await?;
+    let tenant = match &req.tenant {
+        Some(named) => Some(crate::tenants::find_tenant(store.meta(), named)?.0),
+        None => None,
+    };
     let id = hex::encode(rand::random::<[u8; 8]>());
     let secret = hex::encode(rand::random::<[u8; 32]>());
     let now = cairn_meta::now_ms();
@@ -307,6 +378,7 @@ pub(crate) async fn create_token(
             .expires_in_s
             .map(|s| now.saturating_add((s.min(i64::MAX as u64 / 1000) * 1000) as i64)),
         created_by: by.who,
+        tenant,
     };
     store
         .change_admin(AdminChange::CreateToken {
@@ -317,7 +389,7 @@ pub(crate) async fn create_token(
     prune_expired(&store).await;
     Ok(Json(CreatedAdminToken {
         token: format!("cairn_{id}_{secret}"),
-        view: view(id, record),
+        view: view(store.meta(), id, record),
     }))
 }
 
@@ -354,7 +426,7 @@ pub(crate) async fn tokens(State(app): State<App>) -> Result<Json<Vec<AdminToken
         .meta()
         .admin_tokens()?
         .into_iter()
-        .map(|(id, r)| view(id, r))
+        .map(|(id, r)| view(store.meta(), id, r))
         .collect();
     out.sort_by_key(|t| t.created_ms);
     Ok(Json(out))

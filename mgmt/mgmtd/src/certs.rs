@@ -144,6 +144,7 @@ pub(crate) fn principal(app: &App, sha256: &str) -> Option<Principal> {
     Some(Principal {
         who: format!("cert:{}", rec.name),
         role: rec.role,
+        tenant: None,
     })
 }
 

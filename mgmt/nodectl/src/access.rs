@@ -22,6 +22,11 @@ pub enum TokenCmd {
         /// revoked.
         #[arg(long, value_parser = seconds)]
         expires_in: Option<u64>,
+        /// A tenant's token: it acts only within this tenant (name or id), with
+        /// its role there (admin: the tenant's users and keys; operator: its KV
+        /// pools; reader: read it).
+        #[arg(long)]
+        tenant: Option<String>,
         #[command(flatten)]
         target: Target,
         #[arg(long)]
@@ -68,6 +73,7 @@ pub async fn token(cmd: TokenCmd) -> Result<(), NodectlError> {
             name,
             role,
             expires_in,
+            tenant,
             target,
             json,
         } => {
@@ -77,16 +83,18 @@ pub async fn token(cmd: TokenCmd) -> Result<(), NodectlError> {
                     name,
                     role,
                     expires_in_s: expires_in,
+                    tenant,
                 })
                 .await?;
             if json {
                 print_json(&t);
             } else {
                 println!(
-                    "token {} ({}, role {}{}):\n{}\n\nShown this once: keep it in a file (mode 0600) for --token-file.",
+                    "token {} ({}, role {}{}{}):\n{}\n\nShown this once: keep it in a file (mode 0600) for --token-file.",
                     t.view.id,
                     t.view.name,
                     t.view.role,
+                    t.view.tenant.as_ref().map(|n| format!(" in tenant {n}")).unwrap_or_default(),
                     t.view.expires_ms.map(|e| format!(", expires {}", when(e))).unwrap_or_default(),
                     t.token
                 );
@@ -100,14 +108,15 @@ pub async fn token(cmd: TokenCmd) -> Result<(), NodectlError> {
                 println!("no admin tokens (the node's own admin.token is not listed)");
             } else {
                 println!(
-                    "{:<16}  {:<8}  {:<20}  {:<16}  {:<16}  BY",
-                    "ID", "ROLE", "NAME", "CREATED", "EXPIRES"
+                    "{:<16}  {:<8}  {:<12}  {:<20}  {:<16}  {:<16}  BY",
+                    "ID", "ROLE", "TENANT", "NAME", "CREATED", "EXPIRES"
                 );
                 for t in all {
                     println!(
-                        "{:<16}  {:<8}  {:<20}  {:<16}  {:<16}  {}",
+                        "{:<16}  {:<8}  {:<12}  {:<20}  {:<16}  {:<16}  {}",
                         t.id,
                         t.role,
+                        t.tenant.as_deref().unwrap_or("-"),
                         t.name,
                         when(t.created_ms),
                         t.expires_ms.map(when).unwrap_or_else(|| "never".into()),
