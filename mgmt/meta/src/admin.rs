@@ -198,6 +198,25 @@ pub(crate) fn apply(tx: &redb::WriteTransaction, c: &AdminChange) -> Result<(), 
 
 /// Reads of the admin records (local: as current as this replica).
 impl MetaStore {
+    /// Every record of a table keyed by name (none when the table is not made yet).
+    fn by_name<V: serde::de::DeserializeOwned>(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+    ) -> Result<Vec<(String, V)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = match tx.open_table(table) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
     pub fn admin_token(&self, id: &str) -> Result<Option<AdminTokenRecord>, MetaError> {
         let tx = self.db.begin_read()?;
         let t = match tx.open_table(ADMIN_TOKENS) {
@@ -213,34 +232,12 @@ impl MetaStore {
     }
 
     pub fn admin_tokens(&self) -> Result<Vec<(String, AdminTokenRecord)>, MetaError> {
-        let tx = self.db.begin_read()?;
-        let t = match tx.open_table(ADMIN_TOKENS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for e in t.iter()? {
-            let (k, v) = e?;
-            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
-        }
-        Ok(out)
+        self.by_name(ADMIN_TOKENS)
     }
 
     /// The admin client certificates, by SHA-256 (hex).
     pub fn admin_certs(&self) -> Result<Vec<(String, AdminCertRecord)>, MetaError> {
-        let tx = self.db.begin_read()?;
-        let t = match tx.open_table(ADMIN_CERTS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for e in t.iter()? {
-            let (k, v) = e?;
-            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
-        }
-        Ok(out)
+        self.by_name(ADMIN_CERTS)
     }
 
     pub fn admin_cert(&self, sha256: &str) -> Result<Option<AdminCertRecord>, MetaError> {
@@ -259,18 +256,7 @@ impl MetaStore {
 
     /// The SSH console keys added through the API, by id.
     pub fn ssh_keys(&self) -> Result<Vec<(String, SshKeyRecord)>, MetaError> {
-        let tx = self.db.begin_read()?;
-        let t = match tx.open_table(SSH_KEYS) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for e in t.iter()? {
-            let (k, v) = e?;
-            out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
-        }
-        Ok(out)
+        self.by_name(SSH_KEYS)
     }
 
     /// Every node's BMC record, by node id.

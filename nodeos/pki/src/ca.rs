@@ -143,6 +143,34 @@ fn dns_label(s: &str) -> String {
     }
 }
 
+/// The public key a certificate is for (checked: an uncompressed P-256 point),
+/// and the CA that signs it.
+fn signing(
+    secrets: &Secrets,
+    cluster_id: &str,
+    public_key_hex: &str,
+) -> Result<(RawP256, Issuer<'static, KeyPair>), PkiError> {
+    let raw = unhex(public_key_hex)
+        .filter(|k| k.len() == 65 && k[0] == 4)
+        .ok_or(PkiError::BadPublicKey)?;
+    let ca_key = KeyPair::from_pem(&secrets.ca_key_pem).map_err(pki_err("CA key"))?;
+    Ok((RawP256(raw), Issuer::new(ca_params(cluster_id), ca_key)))
+}
+
+/// A leaf certificate's common parameters: the name, a random serial, a
+/// signing key, the CA's key identifier.
+fn leaf(common_name: String) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, "Cairn");
+    dn.push(DnType::CommonName, common_name);
+    params.distinguished_name = dn;
+    params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.use_authority_key_identifier_extension = true;
+    params
+}
+
 /// Signs a certificate for `node` over `public_key_hex` (from [`NodeKey::public_hex`]).
 /// Its names are the node's id and the hosts of every address it advertises, so
 /// peers dialling any of them can check they reached that node's cluster.
@@ -152,23 +180,12 @@ pub fn issue(
     node: NodeNames<'_>,
     public_key_hex: &str,
 ) -> Result<String, PkiError> {
-    let raw = unhex(public_key_hex)
-        .filter(|k| k.len() == 65 && k[0] == 4)
-        .ok_or(PkiError::BadPublicKey)?;
-    let ca_key = KeyPair::from_pem(&secrets.ca_key_pem).map_err(pki_err("CA key"))?;
-    let issuer = Issuer::new(ca_params(cluster_id), ca_key);
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, "Cairn");
-    dn.push(DnType::CommonName, format!("node {:016x}", node.id));
-    params.distinguished_name = dn;
-    params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let (raw, issuer) = signing(secrets, cluster_id, public_key_hex)?;
+    let mut params = leaf(format!("node {:016x}", node.id));
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
-    params.use_authority_key_identifier_extension = true;
     let mut names = vec![SanType::DnsName(
         node_dns_name(cluster_id, node.id)
             .try_into()
@@ -186,7 +203,7 @@ pub fn issue(
     }
     params.subject_alt_names = names;
     let cert = params
-        .signed_by(&RawP256(raw), &issuer)
+        .signed_by(&raw, &issuer)
         .map_err(pki_err("node certificate"))?;
     Ok(cert.pem())
 }
@@ -202,25 +219,14 @@ pub fn issue_admin(
     days: u32,
     public_key_hex: &str,
 ) -> Result<String, PkiError> {
-    let raw = unhex(public_key_hex)
-        .filter(|k| k.len() == 65 && k[0] == 4)
-        .ok_or(PkiError::BadPublicKey)?;
-    let ca_key = KeyPair::from_pem(&secrets.ca_key_pem).map_err(pki_err("CA key"))?;
-    let issuer = Issuer::new(ca_params(cluster_id), ca_key);
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, "Cairn");
-    dn.push(DnType::CommonName, format!("admin {name}"));
-    params.distinguished_name = dn;
-    params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let (raw, issuer) = signing(secrets, cluster_id, public_key_hex)?;
+    let mut params = leaf(format!("admin {name}"));
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    params.use_authority_key_identifier_extension = true;
     let now = time::OffsetDateTime::now_utc();
     params.not_before = now - time::Duration::minutes(5);
     params.not_after = now + time::Duration::days(i64::from(days.max(1)));
     let cert = params
-        .signed_by(&RawP256(raw), &issuer)
+        .signed_by(&raw, &issuer)
         .map_err(pki_err("admin certificate"))?;
     Ok(cert.pem())
 }
