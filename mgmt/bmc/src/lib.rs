@@ -14,6 +14,13 @@
 //! BMC times idle sessions out and then drops their packets unanswered: a
 //! reused session that fails is taken for stale, and the request is sent once
 //! more on a new one (nothing ran on the stale one).
+//!
+//! One request at a time per BMC, and never queued: a request waits at most
+//! [`QUEUE`] for the BMC to be free, else it is refused as busy, so a slow or
+//! silent BMC holds at most one blocking thread and no request runs long after
+//! its caller was told it failed. A command is not sent at all once its
+//! [`DEADLINE`] has passed (a slow session set-up); one sent whose answer does
+//! not come is reported as of unknown outcome.
 
 mod local;
 
@@ -52,12 +59,24 @@ pub enum BmcError {
         what: &'static str,
         why: String,
     },
-    #[error("BMC at {addr} did not answer {what} within {secs} s")]
+    #[error(
+        "BMC at {addr} did not answer {what} within {secs} s: it may or may not have been \
+         carried out (ask for the power state)"
+    )]
     TimedOut {
         addr: String,
         what: &'static str,
         secs: u64,
     },
+    #[error("BMC at {addr} is busy with another request; {what} was not sent (try again)")]
+    Busy { addr: String, what: &'static str },
+    #[error("BMC at {addr} took too long to open a session; {what} was not sent")]
+    NotSent { addr: String, what: &'static str },
+    #[error(
+        "BMC at {addr} has no free session for another login ({why}); sessions left open \
+         time out in a minute or so"
+    )]
+    NoSession { addr: String, why: String },
 }
 
 /// What a completion code says, for the codes a power request meets.
@@ -93,6 +112,35 @@ pub struct BmcIdentity {
     pub ipmi_version: String,
     pub manufacturer_id: u32,
     pub product_id: u16,
+}
+
+/// What a failed session set-up says, by ipmi-rs's error (its Debug text names
+/// the step and the BMC's status code).
+fn activation_error(addr: &str, why: String) -> BmcError {
+    let addr = addr.to_string();
+    let has = |words: &[&str]| words.iter().any(|w| why.contains(w));
+    if has(&["InsufficientResources", "NoAvailableSlot"]) {
+        BmcError::NoSession { addr, why }
+    } else if has(&[
+        "Unauthorized",
+        "AuthenticationFailed",
+        "InvalidName",
+        "InvalidRole",
+        "Integrity",
+        "UnknownUser",
+    ]) {
+        BmcError::Auth { addr, why }
+    } else if has(&["Io(", "Receive", "Send", "Socket", "Bind"]) {
+        BmcError::Unreachable { addr, why }
+    } else {
+        // A Pong that is not one, an RMCP header or a session message that does
+        // not parse: whatever answers is not an IPMI BMC.
+        BmcError::Garbage {
+            addr,
+            what: "a session",
+            why,
+        }
+    }
 }
 
 /// Get Device ID's answer (IPMI 2.0, 20.1); none if too short.
@@ -148,14 +196,19 @@ impl BmcTarget {
 
 /// How long one UDP exchange waits for its answer.
 const EXCHANGE: Duration = Duration::from_secs(2);
-/// The most a whole request may take (session set-up, a retry on a new one).
-const DEADLINE: Duration = Duration::from_secs(10);
+/// After this, a command not yet sent (a slow session set-up, a retry on a new
+/// session) is not sent at all.
+const DEADLINE: Duration = Duration::from_secs(8);
+/// How long a request waits for its BMC to finish another one.
+const QUEUE: Duration = Duration::from_secs(2);
 
 /// One BMC and its session.
 #[derive(Debug)]
 pub struct Link {
     target: BmcTarget,
     session: Mutex<Option<Rmcp>>,
+    /// One request at a time (see the crate's documentation).
+    turn: Arc<tokio::sync::Semaphore>,
 }
 
 impl Link {
@@ -163,6 +216,7 @@ impl Link {
         Link {
             target,
             session: Mutex::new(None),
+            turn: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -201,7 +255,8 @@ impl Link {
         }
     }
 
-    /// One request, on the blocking pool, under [`DEADLINE`].
+    /// One request, on the blocking pool: when the BMC is free within
+    /// [`QUEUE`], sent only before [`DEADLINE`].
     async fn request(
         self: &Arc<Self>,
         netfn: u8,
@@ -209,16 +264,29 @@ impl Link {
         data: Vec<u8>,
         what: &'static str,
     ) -> Result<Vec<u8>, BmcError> {
+        let addr = || self.target.address.clone();
+        let permit = match tokio::time::timeout(QUEUE, self.turn.clone().acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            _ => return Err(BmcError::Busy { addr: addr(), what }),
+        };
         let link = self.clone();
-        let job = tokio::task::spawn_blocking(move || link.exchange(netfn, cmd, &data, what));
-        match tokio::time::timeout(DEADLINE, job).await {
+        let send_by = std::time::Instant::now() + DEADLINE;
+        // The permit goes with the job: the BMC is free again when the job
+        // ends, not when its caller stops waiting.
+        let job = tokio::task::spawn_blocking(move || {
+            let _turn = permit;
+            link.exchange(netfn, cmd, &data, what, send_by)
+        });
+        // Sent at the latest at the deadline, answered within an exchange.
+        let wait = DEADLINE + EXCHANGE + Duration::from_secs(1);
+        match tokio::time::timeout(wait, job).await {
             Ok(Ok(r)) => r,
             // ipmi-rs panicked on what the BMC sent.
             Ok(Err(e)) => Err(self.garbage(what, format!("the IPMI client failed: {e}"))),
             Err(_) => Err(BmcError::TimedOut {
-                addr: self.target.address.clone(),
+                addr: addr(),
                 what,
-                secs: DEADLINE.as_secs(),
+                secs: wait.as_secs(),
             }),
         }
     }
@@ -229,6 +297,7 @@ impl Link {
         cmd: u8,
         data: &[u8],
         what: &'static str,
+        send_by: std::time::Instant,
     ) -> Result<Vec<u8>, BmcError> {
         let mut session = self.session.lock().unwrap_or_else(|e| e.into_inner());
         let reused = session.is_some();
@@ -237,6 +306,12 @@ impl Link {
                 Some(r) => r,
                 None => session.insert(self.open()?),
             };
+            if std::time::Instant::now() >= send_by {
+                return Err(BmcError::NotSent {
+                    addr: self.target.address.clone(),
+                    what,
+                });
+            }
             let mut req = Request::new(
                 Message::new_raw(netfn, cmd, data.to_vec()),
                 RequestTargetAddress::Bmc(LogicalUnit::Zero),
@@ -278,22 +353,7 @@ impl Link {
             Some(&self.target.user),
             Some(self.target.password.as_bytes()),
         )
-        .map_err(|e| {
-            let why = format!("{e:?}");
-            // The handshake's own refusals name authentication; a silent or
-            // unreachable BMC fails on its socket.
-            if why.contains("Receive") || why.contains("Send") || why.contains("Socket") {
-                BmcError::Unreachable {
-                    addr: addr.clone(),
-                    why,
-                }
-            } else {
-                BmcError::Auth {
-                    addr: addr.clone(),
-                    why,
-                }
-            }
-        })?;
+        .map_err(|e| activation_error(&addr, format!("{e:?}")))?;
         let mut req = Request::new(
             Message::new_raw(0x06, 0x3b, vec![0x03]),
             RequestTargetAddress::Bmc(LogicalUnit::Zero),
@@ -320,6 +380,16 @@ pub struct Links {
 }
 
 impl Links {
+    /// Keeps `link` (one whose session was just proven) as its target's, in
+    /// place of any older one.
+    pub fn adopt(&self, link: Arc<Link>) {
+        let key = (link.target.address.clone(), link.target.user.clone());
+        self.links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, link);
+    }
+
     /// The link to this target; a changed password gets a new one.
     pub fn get(&self, target: &BmcTarget) -> Arc<Link> {
         let mut links = self.links.lock().unwrap_or_else(|e| e.into_inner());
@@ -376,8 +446,43 @@ mod tests {
         }));
         let t = std::time::Instant::now();
         let e = link.power_state().await.unwrap_err();
-        assert!(t.elapsed() <= DEADLINE + Duration::from_secs(1), "{e}");
+        assert!(
+            t.elapsed() <= DEADLINE + EXCHANGE + Duration::from_secs(1),
+            "{e}"
+        );
         assert!(!matches!(e, BmcError::Address(_)), "{e}");
+    }
+
+    /// Many callers at a silent BMC: one request runs, the others are refused as
+    /// busy at once; none outlives its bound, and none is queued to run later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_silent_bmc_takes_one_request_at_a_time() {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let link = Arc::new(Link::new(BmcTarget {
+            address: sock.local_addr().unwrap().to_string(),
+            user: "admin".into(),
+            password: Zeroizing::new("pw".into()),
+        }));
+        let t = std::time::Instant::now();
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                let l = link.clone();
+                tokio::spawn(async move { l.power(PowerAction::Off).await })
+            })
+            .collect();
+        let mut busy = 0;
+        for c in calls {
+            if let Err(BmcError::Busy { .. }) = c.await.unwrap() {
+                busy += 1;
+            }
+        }
+        assert!(busy >= 18, "{busy} of 20 refused as busy");
+        assert!(
+            t.elapsed() <= DEADLINE + EXCHANGE + QUEUE + Duration::from_secs(2),
+            "{:?}",
+            t.elapsed()
+        );
+        drop(sock);
     }
 
     /// Nothing listening: the request fails within its deadline.
@@ -392,7 +497,10 @@ mod tests {
         }));
         let t = std::time::Instant::now();
         let e = link.power(PowerAction::Off).await.unwrap_err();
-        assert!(t.elapsed() <= DEADLINE + Duration::from_secs(1), "{e}");
+        assert!(
+            t.elapsed() <= DEADLINE + EXCHANGE + Duration::from_secs(1),
+            "{e}"
+        );
         assert!(
             matches!(e, BmcError::Unreachable { .. } | BmcError::TimedOut { .. }),
             "{e}"

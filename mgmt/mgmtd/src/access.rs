@@ -215,11 +215,18 @@ fn out_of_tenant(app: &App, req: &Request, action: Action, tenant: u64) -> Optio
     }
 }
 
+/// The credentials of an `Authorization` value of `name`'s scheme (the scheme
+/// name is case-insensitive, RFC 9110).
+fn scheme<'a>(value: &'a str, name: &str) -> Option<&'a str> {
+    let (s, rest) = value.split_once(' ')?;
+    s.eq_ignore_ascii_case(name).then_some(rest)
+}
+
 /// The token of a Basic `Authorization` value: its password (any user name).
 fn basic_password(v: &str) -> Option<String> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::STANDARD
-        .decode(v.strip_prefix("Basic ")?.trim())
+        .decode(scheme(v, "Basic")?.trim())
         .ok()?;
     let text = String::from_utf8(raw).ok()?;
     Some(text.split_once(':')?.1.to_string())
@@ -252,8 +259,7 @@ fn authenticate(
     } else {
         None
     };
-    let token = value
-        .strip_prefix("Bearer ")
+    let token = scheme(value, "Bearer")
         .or(basic.as_deref())
         .ok_or_else(|| unauthorized("missing admin token (Authorization: Bearer …)"))?;
     if same(token.as_bytes(), app.local_token().as_bytes()) {

@@ -50,12 +50,15 @@ pub(crate) fn view(node: NodeId, r: BmcRecord) -> BmcView {
 }
 
 fn bmc_failure(e: cairn_bmc::BmcError) -> Failure {
+    use cairn_bmc::BmcError as E;
     let kind = match e {
-        cairn_bmc::BmcError::Address(_) => ErrorKind::Invalid,
-        cairn_bmc::BmcError::Auth { .. } | cairn_bmc::BmcError::Refused { .. } => {
-            ErrorKind::Conflict
-        }
-        _ => ErrorKind::Unavailable,
+        E::Address(_) => ErrorKind::Invalid,
+        E::Auth { .. } | E::Refused { .. } | E::Garbage { .. } => ErrorKind::Conflict,
+        E::Unreachable { .. }
+        | E::TimedOut { .. }
+        | E::Busy { .. }
+        | E::NotSent { .. }
+        | E::NoSession { .. } => ErrorKind::Unavailable,
     };
     Failure::new(kind, e)
 }
@@ -147,13 +150,18 @@ pub(crate) async fn set(
         password: Zeroizing::new(req.password.clone()),
     };
     // Reach it first: a typo is refused now, not found at the first fencing.
-    app.node().bmcs.get(&t).power_state().await.map_err(|e| {
+    // On a link of its own, so a wrong password does not displace the session
+    // of the one in use (BMCs hold few, and abandoned ones linger).
+    let trial = std::sync::Arc::new(cairn_bmc::Link::new(t));
+    trial.power_state().await.map_err(|e| {
         let f = bmc_failure(e);
         Failure::new(
             ErrorKind::Invalid,
             format!("{} (nothing was kept)", f.message()),
         )
     })?;
+    // Proven: its session serves from now on.
+    app.node().bmcs.adopt(trial);
     let sealed = kp
         .wrap_secret(&secret_name(node), req.password.as_bytes())
         .map_err(|e| Failure::new(ErrorKind::Internal, format!("sealing the password: {e}")))?;
@@ -217,15 +225,36 @@ pub(crate) async fn power(
     let (_, t) = target(&store, node)?;
     let link = app.node().bmcs.get(&t);
     link.power(req.action).await.map_err(bmc_failure)?;
-    tracing::warn!(node = %id_hex(node), bmc = %t.address, action = req.action.name(), "power request sent to the node's BMC");
-    // What the BMC says now (a cycle or a soft off may still be under way).
-    let state = link.power_state().await.map_err(bmc_failure)?;
+    tracing::warn!(node = %id_hex(node), bmc = %t.address, action = req.action.name(), "power request carried out by the node's BMC");
+    // What the BMC says now: for on and off, once it says so (a few seconds at
+    // most); a cycle, reset or soft off may still be under way.
+    let want = match req.action {
+        PowerAction::On => Some(PowerState::On),
+        PowerAction::Off => Some(PowerState::Off),
+        _ => None,
+    };
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    let state = loop {
+        let s = link.power_state().await.map_err(bmc_failure)?;
+        if want.is_none_or(|w| w == s) || tokio::time::Instant::now() >= until {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
     Ok(Json(PowerView {
         node: id_hex(node),
         bmc: t.address,
         state,
         action: Some(req.action),
     }))
+}
+
+/// What fencing has warned about, for a down node (each once per outage).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Warned {
+    Failed,
+    Unfenced,
+    Budget,
 }
 
 /// How many nodes may be fenced at once: what the data can lose.
@@ -256,12 +285,12 @@ pub(crate) async fn fence_before_repair(
         })
         .count();
     let budget = fence_budget(map);
-    // Each warning once per outage of a node.
-    let warn_once = |id: NodeId| {
+    // Each kind of warning once per outage of a node.
+    let warn_once = |id: NodeId, kind: Warned| {
         node.fence_warned
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id)
+            .insert((id, kind))
     };
     for (id, rec) in &records {
         let Some(n) = map.nodes.get(id) else { continue };
@@ -269,7 +298,7 @@ pub(crate) async fn fence_before_repair(
             node.fence_warned
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(id);
+                .retain(|(n, _)| n != id);
             if rec.fenced_ms.is_some() && leader {
                 // Powered back on by someone: no longer counted as fenced.
                 let _ = store
@@ -289,7 +318,7 @@ pub(crate) async fn fence_before_repair(
         if waited <= FENCE_WAIT.as_millis() as i64 {
             held.insert(*id);
         } else {
-            if warn_once(*id) {
+            if warn_once(*id, Warned::Unfenced) {
                 tracing::warn!(node = %id_hex(*id), "rebuilding a node's data without fencing it: fencing did not succeed in {} s", FENCE_WAIT.as_secs());
             }
             continue;
@@ -298,7 +327,7 @@ pub(crate) async fn fence_before_repair(
             continue;
         }
         if fenced >= budget {
-            if !warn_once(*id) {
+            if !warn_once(*id, Warned::Budget) {
                 continue;
             }
             tracing::warn!(node = %id_hex(*id), fenced, budget, "not fencing: as many nodes are fenced as the data can lose");
@@ -310,9 +339,11 @@ pub(crate) async fn fence_before_repair(
                 held.remove(id);
                 tracing::warn!(node = %id_hex(*id), bmc = %rec.address, "fenced: the node's BMC powered it off before its data is rebuilt");
             }
-            Err(e) => {
-                tracing::error!(node = %id_hex(*id), "fencing failed: {}", e.message())
+            // Once per outage at ERROR; the retries at each pass quietly.
+            Err(e) if warn_once(*id, Warned::Failed) => {
+                tracing::error!(node = %id_hex(*id), "fencing failed (retried at each repair pass): {}", e.message())
             }
+            Err(e) => tracing::debug!(node = %id_hex(*id), "fencing failed again: {}", e.message()),
         }
     }
     held

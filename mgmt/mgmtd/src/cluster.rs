@@ -96,7 +96,7 @@ pub struct ClusterNode {
     /// The BMCs this node has talked to, one session each.
     pub bmcs: cairn_bmc::Links,
     /// Down nodes fencing has already warned about (once each, not every pass).
-    pub fence_warned: Mutex<HashSet<NodeId>>,
+    pub fence_warned: Mutex<HashSet<(NodeId, crate::bmc::Warned)>>,
 }
 
 impl std::fmt::Debug for ClusterNode {
@@ -517,6 +517,11 @@ impl ClusterNode {
 /// Reads the node id a cluster command names: full hex id or a unique prefix.
 pub fn resolve_node(map: &ClusterMap, s: &str) -> Result<NodeId, MgmtError> {
     let s = s.trim().to_lowercase();
+    // An empty prefix names every node: a script's empty variable must not
+    // power off (or drain) the only node there is.
+    if s.is_empty() {
+        return Err(MgmtError::NoSuchNode("(none given)".into()));
+    }
     let hits: Vec<NodeId> = map
         .nodes
         .keys()

@@ -17,14 +17,33 @@ const TICK: Duration = Duration::from_secs(5);
 
 /// The node's BMC, opened if the device is there.
 pub(crate) async fn open(device: &Path) -> Option<Arc<LocalBmc>> {
-    if !device.exists() {
-        tracing::info!(device = %device.display(), "no local BMC device: no watchdog, no SEL events");
-        return None;
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(device) {
+        Err(_) => {
+            tracing::info!(device = %device.display(), "no local BMC device: no watchdog, no SEL events");
+            return None;
+        }
+        // The IPMI driver's device, nothing else (opening a FIFO would block).
+        Ok(m) if !m.file_type().is_char_device() => {
+            tracing::warn!(device = %device.display(), "not a character device: no local BMC");
+            return None;
+        }
+        Ok(_) => {}
     }
-    let bmc = match LocalBmc::open(device) {
-        Ok(b) => Arc::new(b),
-        Err(e) => {
+    let path = device.to_path_buf();
+    let opened = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || LocalBmc::open(&path)),
+    )
+    .await;
+    let bmc = match opened {
+        Ok(Ok(Ok(b))) => Arc::new(b),
+        Ok(Ok(Err(e))) => {
             tracing::warn!("local BMC: {e}");
+            return None;
+        }
+        _ => {
+            tracing::warn!(device = %device.display(), "local BMC: the device did not open within 5 s");
             return None;
         }
     };

@@ -107,23 +107,33 @@ struct View {
     bmcs: Vec<BmcView>,
 }
 
+/// How long the page waits for each of its parts (all asked at once): a part
+/// that does not answer (datapathd hung) is shown as such, not waited for.
+const PART: Duration = Duration::from_secs(3);
+
+/// One part of the page, within [`PART`].
+async fn part<T>(
+    f: impl std::future::Future<Output = Result<T, crate::admin::Failure>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(PART, f).await {
+        Ok(r) => r.map_err(|e| e.message().to_string()),
+        Err(_) => Err(format!("did not answer within {} s", PART.as_secs())),
+    }
+}
+
 /// `GET /ui`.
 pub(crate) async fn page(State(app): State<App>) -> Html<String> {
-    let msg = |f: crate::admin::Failure| f.message().to_string();
+    let (node, drives, cluster, tenants) = tokio::join!(
+        part(async { Ok(crate::admin::status(State(app.clone())).await?.0) }),
+        part(app.local_drives()),
+        part(async { Ok(crate::admin::cluster_status(State(app.clone())).await?.0) }),
+        part(async { Ok(crate::tenants::list(State(app.clone())).await?.0) }),
+    );
     let view = View {
-        node: crate::admin::status(State(app.clone()))
-            .await
-            .map(|j| j.0)
-            .map_err(msg),
-        drives: app.local_drives().await.map_err(msg),
-        cluster: crate::admin::cluster_status(State(app.clone()))
-            .await
-            .map(|j| j.0)
-            .map_err(msg),
-        tenants: crate::tenants::list(State(app.clone()))
-            .await
-            .map(|j| j.0)
-            .map_err(msg),
+        node,
+        drives,
+        cluster,
+        tenants,
         bmcs: match app.store() {
             Ok(s) => s.meta().bmcs().unwrap_or_default(),
             Err(_) => Vec::new(),
