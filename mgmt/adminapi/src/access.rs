@@ -272,8 +272,8 @@ pub struct NewAdminToken {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_in_s: Option<u64>,
     /// A tenant (name or id): the token then acts only within it, with its role
-    /// there (reader: read it; operator: also its KV pools and buckets' quotas;
-    /// admin: also its users and keys), and on nothing else.
+    /// there (reader: read it; operator: also its KV pools; admin: also its
+    /// users, keys and buckets' quotas), and on nothing else.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
 }

@@ -204,7 +204,14 @@ async fn break_glass(cfg: &ConsoleConfig, role: Role, line: &str) -> Ran {
         return Ran::refused("sh COMMAND: one command line (there is no interactive shell)".into());
     }
     tracing::warn!(target: "cairn_audit", command = ?rest, "break-glass shell command");
-    output(Command::new("/bin/sh").args(["-c", rest])).await
+    // The same environment nodectl's commands get: never the root's keys.
+    output(
+        Command::new("/bin/sh")
+            .args(["-c", rest])
+            .env_remove("CAIRN_ROOT_SECRET_KEY")
+            .env_remove("CAIRN_ROOT_ACCESS_KEY"),
+    )
+    .await
 }
 
 async fn output(c: &mut Command) -> Ran {

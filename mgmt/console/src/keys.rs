@@ -49,6 +49,17 @@ pub fn parse_line(line: &str) -> Result<Option<AuthorizedKey>, KeyError> {
 /// `SHA256:` fingerprint, and the key as `TYPE BASE64` (the comment dropped).
 pub fn check_public_key(line: &str) -> Result<(String, String), KeyError> {
     let key = PublicKey::from_openssh(line.trim()).map_err(|e| KeyError::Key(e.to_string()))?;
+    // The console is built without RSA (russh's `rsa` feature): such a key
+    // would be listed and never log in.
+    if !matches!(
+        key.algorithm(),
+        russh::keys::Algorithm::Ed25519 | russh::keys::Algorithm::Ecdsa { .. }
+    ) {
+        return Err(KeyError::Key(format!(
+            "{} keys are not taken: use ed25519 (ssh-keygen -t ed25519) or ECDSA",
+            key.algorithm()
+        )));
+    }
     let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
     let text = key.to_openssh().map_err(|e| KeyError::Key(e.to_string()))?;
     let bare = text

@@ -285,6 +285,13 @@ async fn tenant_tokens_act_only_within_their_tenant() {
         .await;
     assert_eq!(st, 404, "a token for an unknown tenant: {v}");
 
+    // No tenant may be named as the root's namespace.
+    for name in ["root", "ROOT"] {
+        let (st, v) = api
+            .call(local, "POST", "/v1/tenants", Some(json!({"name": name})))
+            .await;
+        assert_eq!(st, 400, "a tenant named {name}: {v}");
+    }
     let user = |n: &str| Some(json!({"name": n, "role": "read-write"}));
     let cases: Vec<(&str, &str, Option<Value>, u16)> = vec![
         ("GET", "/v1/tenants/acme", None, 200),
@@ -314,6 +321,14 @@ async fn tenant_tokens_act_only_within_their_tenant() {
             403,
         ),
         ("DELETE", "/v1/tenants/acme", None, 403),
+        // `root` in a path is the root key's own namespace (its KV pools).
+        ("GET", "/v1/tenants/root/kv/pools", None, 403),
+        (
+            "POST",
+            "/v1/tenants/root/kv/pools",
+            Some(json!({"name": "planted"})),
+            403,
+        ),
     ];
     for (method, path, body, want) in cases {
         let (st, v) = api.call(&acme, method, path, body).await;

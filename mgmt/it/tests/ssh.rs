@@ -224,6 +224,29 @@ fn console_with_openssh() {
         "{}",
         text(&o.stderr)
     );
+    // An RSA key would be listed and never log in (the console has no RSA):
+    // refused when added.
+    let rsa = keys.path().join("rsa");
+    assert!(Command::new("ssh-keygen")
+        .args(["-q", "-t", "rsa", "-b", "2048", "-N", "", "-f"])
+        .arg(&rsa)
+        .status()
+        .unwrap()
+        .success());
+    let o = nodectl(&[
+        "ssh-key",
+        "add",
+        "rsa",
+        "--role",
+        "reader",
+        "--public-key",
+        rsa.with_extension("pub").to_str().unwrap(),
+    ]);
+    assert!(
+        !o.status.success() && text(&o.stderr).contains("not taken"),
+        "{}",
+        text(&o.stderr)
+    );
     // Twice the same key, a private key, two lines: refused.
     let o = nodectl(&[
         "ssh-key",

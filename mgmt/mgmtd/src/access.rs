@@ -170,6 +170,9 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
     };
     if action.mutates() {
         audit(&app, &principal, action, path, resp.status().as_u16());
+    } else if resp.status() == axum::http::StatusCode::FORBIDDEN {
+        // A refused read goes to the log (not the table: reads never do).
+        tracing::warn!(target: "cairn_audit", who = %principal.who, action = %action.name(), %path, "admin read refused");
     }
     resp
 }
@@ -197,9 +200,15 @@ fn out_of_tenant(app: &App, req: &Request, action: Action, tenant: u64) -> Optio
         )
     };
     let theirs = if let Some(named) = segment("/v1/tenants/") {
-        crate::tenants::find_tenant(meta, &named)
-            .ok()
-            .map(|(id, _)| id)
+        // As the KV routes read it: `root` is the root key's own namespace,
+        // never a tenant's.
+        if named == "root" {
+            Some(cairn_meta::ROOT_TENANT)
+        } else {
+            crate::tenants::find_tenant(meta, &named)
+                .ok()
+                .map(|(id, _)| id)
+        }
     } else if let Some(key) = segment("/v1/keys/") {
         meta.key_holder(&key)
             .ok()

@@ -142,7 +142,7 @@ pub(crate) fn principal(app: &App, sha256: &str) -> Option<Principal> {
         return None;
     }
     Some(Principal {
-        who: format!("cert:{}", rec.name),
+        who: format!("cert:{} ({})", rec.name, &sha256[..16.min(sha256.len())]),
         role: rec.role,
         tenant: None,
     })

@@ -180,6 +180,22 @@ async fn run_cluster(
         .map(|d| (d.drive, d.capacity))
         .collect();
     drop(probe);
+    // The configured ports first: the internal API of a single node takes an
+    // ephemeral port, which must never be one of them. S3 and RESP serve once
+    // this node is a member (after `cluster init` or `cluster join`, or at once
+    // when it already was one).
+    let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
+        .await
+        .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
+    let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
+    let resp_listener = resp::bind(cfg.resp).await?;
+    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
+        .await
+        .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
+    let admin_addr = admin_listener
+        .local_addr()
+        .map_err(io_err("admin address"))?;
     let internal = tokio::net::TcpListener::bind(opts.internal)
         .await
         .map_err(io_err(format!("bind internal API on {}", opts.internal)))?;
@@ -254,12 +270,6 @@ async fn run_cluster(
         drives: cfg.store.drives,
     };
     let token = load_or_create_admin_token(&cfg.data)?;
-    let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
-        .await
-        .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
-    let admin_addr = admin_listener
-        .local_addr()
-        .map_err(io_err("admin address"))?;
     let admin_tls = match cfg.admin_tls {
         Some(addr) => Some((
             tokio::net::TcpListener::bind(addr)
@@ -322,14 +332,6 @@ async fn run_cluster(
         }
         None => None,
     };
-    // The S3 port opens once this node is a member (after `cluster init` or
-    // `cluster join`, or at once when it already was one).
-    let s3_listener = tokio::net::TcpListener::bind(cfg.s3)
-        .await
-        .map_err(io_err(format!("bind S3 on {}", cfg.s3)))?;
-    let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
-    let resp_listener = resp::bind(cfg.resp).await?;
-    let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
     let mut keys = HashMap::new();
     keys.insert(
         root.access_key.clone(),

@@ -183,6 +183,14 @@ pub(crate) async fn create(
 ) -> Result<Json<TenantView>, Failure> {
     let Json(req) = body?;
     check_name("tenant", &req.name)?;
+    // `root` names the root key's own namespace in the API's paths (its KV
+    // pools): a tenant of that name would be reached as the root.
+    if req.name.eq_ignore_ascii_case("root") {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            "invalid tenant name \"root\": it names the root key's own namespace",
+        ));
+    }
     // Paths name tenants by name or by id: a name that reads as an id would let
     // one tenant's name shadow another's id.
     if req.name.len() == 16 && req.name.bytes().all(|b| b.is_ascii_hexdigit()) {

@@ -327,10 +327,11 @@ pub async fn cert(cmd: CertCmd) -> Result<(), NodectlError> {
                 use std::io::Write;
                 use std::os::unix::fs::OpenOptionsExt;
                 let p = out.join(file);
+                // Never over an existing file (a node's own key, an earlier
+                // certificate's): choose another --out, or remove it first.
                 std::fs::OpenOptions::new()
                     .write(true)
-                    .create(true)
-                    .truncate(true)
+                    .create_new(true)
                     .mode(mode)
                     .open(&p)
                     .and_then(|mut f| f.write_all(text.as_bytes()))
@@ -338,7 +339,11 @@ pub async fn cert(cmd: CertCmd) -> Result<(), NodectlError> {
             };
             write(format!("{name}.key"), &key.private_pem(), 0o600)?;
             write(format!("{name}.pem"), &issued.cert_pem, 0o644)?;
-            write("ca.pem".into(), &issued.ca_pem, 0o644)?;
+            // The cluster's CA: the same file serves every certificate issued here.
+            match std::fs::read_to_string(out.join("ca.pem")) {
+                Ok(old) if old == issued.ca_pem => {}
+                _ => write("ca.pem".into(), &issued.ca_pem, 0o644)?,
+            }
             println!("{}", cert_line(&issued.view));
             println!(
                 "wrote {0}/{name}.pem, {0}/{name}.key and {0}/ca.pem",
