@@ -1,5 +1,5 @@
 //! A node's BMC, reached over the management network with IPMI v2.0 (RMCP+,
-//! `ipmitool -I lanplus`): its identity, the chassis power state, and power
+//! `ipmitool -I lanplus`): the chassis power state, and power
 //! control (on, off, cycle, reset, soft). The cluster uses it for the operator's
 //! `nodectl node power` and to fence a node before rebuilding its data.
 //!
@@ -220,10 +220,6 @@ impl Link {
         }
     }
 
-    pub fn address(&self) -> &str {
-        &self.target.address
-    }
-
     pub async fn power_state(self: &Arc<Self>) -> Result<PowerState, BmcError> {
         let data = self.request(0x00, 0x01, vec![], "chassis status").await?;
         let first = data
@@ -240,11 +236,6 @@ impl Link {
         self.request(0x00, 0x02, vec![control_code(action)], "chassis control")
             .await
             .map(drop)
-    }
-
-    pub async fn identity(self: &Arc<Self>) -> Result<BmcIdentity, BmcError> {
-        let d = self.request(0x06, 0x01, vec![], "get device id").await?;
-        parse_identity(&d).ok_or_else(|| self.garbage("get device id", "fewer than 11 bytes"))
     }
 
     fn garbage(&self, what: &'static str, why: impl Into<String>) -> BmcError {

@@ -128,22 +128,6 @@ impl LocalBmc {
             .map(drop)
     }
 
-    /// The watchdog's state: (running, timeout action byte, seconds left).
-    pub async fn watchdog(self: &Arc<Self>) -> Result<(bool, u8, f64), BmcError> {
-        let d = self
-            .request(0x06, 0x25, vec![], "get watchdog timer")
-            .await?;
-        if d.len() < 8 {
-            return Err(BmcError::Garbage {
-                addr: self.name(),
-                what: "get watchdog timer",
-                why: "fewer than 8 bytes".into(),
-            });
-        }
-        let left = u16::from_le_bytes([d[6], d[7]]);
-        Ok((d[0] & 0x40 != 0, d[1] & 0x07, f64::from(left) / 10.0))
-    }
-
     /// Writes "Drive Slot `slot`: Drive Fault, asserted" to the SEL (a system
     /// event record, sensor type 0x0D, sensor-specific offset 1).
     pub async fn log_drive_fault(self: &Arc<Self>, slot: u8) -> Result<(), BmcError> {
