@@ -1,6 +1,7 @@
 //! Clients that hold the server: a request body that stalls or trickles is cut
-//! off (and its partial extent freed), and presigned URLs are valid for at most a
-//! week, as on AWS.
+//! off (and its partial extent freed), half-sent requests on the admin port are
+//! bounded in number and time, and presigned URLs are valid for at most a week,
+//! as on AWS.
 
 use aws_sdk_s3::presigning::PresigningConfig;
 use cairn_it::raw::{read_all, signed_request, Payload};
@@ -167,4 +168,63 @@ async fn a_slow_download_outlives_an_overwrite_and_a_delete() {
         got.extend_from_slice(&b.expect("the old version streams to its end"));
     }
     assert!(got == old, "the old version, whole ({} bytes)", got.len());
+}
+
+/// Half-sent requests on the admin port (slowloris): past 256 open connections a
+/// new one is closed at once, S3 serves throughout, and each half-sent request is
+/// dropped once its headers have taken 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_admin_requests_are_bounded() {
+    use tokio::io::AsyncReadExt;
+    let node = Node::start(NodeOptions::default());
+    let c = node.client();
+    c.create_bucket().bucket("loris").send().await.unwrap();
+    let t = Instant::now();
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        let mut s = TcpStream::connect(&node.admin_addr).await.unwrap();
+        s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    // The server takes each of those before this one (accepts are in order).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut extra = TcpStream::connect(&node.admin_addr).await.unwrap();
+    let mut b = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut b))
+        .await
+        .expect("a connection past the limit is closed at once");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    // S3 is untouched.
+    cairn_it::put_bytes(&c, "loris", "k", b"still serving")
+        .await
+        .expect("S3 serves while the admin port is full");
+    // Each half-sent request ends within its 30 s (and a few for a loaded machine).
+    for s in &mut held {
+        let left = Duration::from_secs(45).saturating_sub(t.elapsed());
+        let r = tokio::time::timeout(left, async {
+            loop {
+                match s.read(&mut b).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {} // a 408, then the close
+                }
+            }
+        })
+        .await;
+        assert!(
+            r.is_ok(),
+            "a half-sent admin request was held for {:?}",
+            t.elapsed()
+        );
+    }
+    assert!(
+        t.elapsed() >= Duration::from_secs(25),
+        "dropped too early: {:?}",
+        t.elapsed()
+    );
+    drop(held);
+    // And the port serves again.
+    let v = node.admin("GET", "/v1/status");
+    assert!(v.is_object(), "{v}");
 }

@@ -290,12 +290,16 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
         .with_state(state);
     let tls_task =
         tls.map(|(l, dir, stop)| tokio::spawn(crate::certs::serve_tls(l, dir, app.clone(), stop)));
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!("admin API stopped: {e}");
-    }
+    crate::listen::serve(
+        listener,
+        "admin API",
+        move |tcp, _| {
+            let router = app.clone();
+            async move { Some((Box::new(tcp) as Box<dyn crate::listen::Stream>, router)) }
+        },
+        shutdown,
+    )
+    .await;
     sampler.abort();
     if let Some(t) = tls_task {
         let _ = t.await;

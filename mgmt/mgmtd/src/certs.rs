@@ -150,7 +150,7 @@ pub(crate) fn principal(app: &App, sha256: &str) -> Option<Principal> {
 
 /// Serves `router` over TLS on `listener` with the node's certificate (read
 /// from `tls_dir` once the node has one), until `stop`; connections in hand
-/// get up to 10 s to finish.
+/// get up to 10 s to finish (see [`crate::listen`] for the limits).
 pub(crate) async fn serve_tls(
     listener: tokio::net::TcpListener,
     tls_dir: std::path::PathBuf,
@@ -178,54 +178,34 @@ pub(crate) async fn serve_tls(
         }
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tracing::info!(addr = ?listener.local_addr().ok(), "admin API over TLS (client certificates or tokens)");
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = &mut stop => break,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("admin TLS accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, "admin TLS handshake: {e}");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-            let cert = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|c| cairn_pki::ca::hex(&cairn_pki::tls::cert_sha256(c)));
-            let svc = router.layer(axum::Extension(PeerCert(cert)));
-            let svc = hyper_util::service::TowerToHyperService::new(svc);
-            let conn =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            let conn = conn.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
-                tracing::debug!(%peer, "admin TLS connection: {e}");
+    crate::listen::serve(
+        listener,
+        "admin TLS",
+        move |tcp, peer| {
+            let (acceptor, router) = (acceptor.clone(), router.clone());
+            async move {
+                let stream =
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    {
+                        Ok(Ok(s)) => s,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, "admin TLS handshake: {e}");
+                            return None;
+                        }
+                        Err(_) => return None,
+                    };
+                let cert = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|c| cairn_pki::ca::hex(&cairn_pki::tls::cert_sha256(c)));
+                let router = router.layer(axum::Extension(PeerCert(cert)));
+                Some((Box::new(stream) as Box<dyn crate::listen::Stream>, router))
             }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("admin TLS connections still open after 10 s");
-    }
+        },
+        stop,
+    )
+    .await;
 }

@@ -18,6 +18,7 @@ mod failure;
 mod gc;
 mod keys;
 mod kv;
+mod listen;
 mod local_bmc;
 mod metrics;
 mod page;
