@@ -317,6 +317,16 @@ pub struct AuditEntry {
     pub status: u16,
     /// The node that served it.
     pub node: String,
+    /// How many more refusals of the same caller and action, within the minute
+    /// before this one, this entry stands for (a refused call is recorded once
+    /// a minute per caller and action, so refusals cannot push other entries
+    /// out of the bounded table). Zero for every allowed call.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeated: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// `GET /v1/audit?limit=N`.

@@ -3,7 +3,8 @@
 //! lists them all, with the role each needs), the bearer token to a
 //! [`Principal`], and only a principal whose role suffices reaches the handler.
 //! Every mutating call, allowed or refused, is audited: a log line (target
-//! `cairn_audit`) and an entry in the cluster's bounded audit table.
+//! `cairn_audit`) and an entry in the cluster's bounded audit table (refusals
+//! folded, see [`crate::audit`]).
 //!
 //! Tokens: the node's own (`admin.token` in its state directory, role admin,
 //! shown as `local`), and tokens made through the API, `cairn_<id>_<secret>`,
@@ -169,7 +170,7 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
         next.run(req).await
     };
     if action.mutates() {
-        audit(&app, &principal, action, path, resp.status().as_u16());
+        crate::audit::record(&app, &principal, action, path, resp.status().as_u16());
     } else if resp.status() == axum::http::StatusCode::FORBIDDEN {
         // A refused read goes to the log (not the table: reads never do).
         tracing::warn!(target: "cairn_audit", who = %principal.who, action = %action.name(), %path, "admin read refused");
@@ -312,36 +313,6 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 fn hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
-/// Logs the call, and records it in the audit table in the background (the
-/// answer does not wait for the cluster; before the node is a member, or with
-/// the cluster unavailable, the log line is the record).
-fn audit(app: &App, p: &Principal, action: Action, path: String, status: u16) {
-    tracing::info!(
-        target: "cairn_audit",
-        who = %p.who,
-        role = %p.role,
-        action = %action.name(),
-        %path,
-        status,
-        "admin call"
-    );
-    let Ok(store) = app.store() else { return };
-    let entry = AuditEntry {
-        at_ms: cairn_meta::now_ms(),
-        who: p.who.clone(),
-        role: p.role,
-        action,
-        path,
-        status,
-        node: crate::cluster::id_hex(app.cluster().id()),
-    };
-    tokio::spawn(async move {
-        if let Err(e) = store.change_admin(AdminChange::Audit { entry }).await {
-            tracing::warn!(target: "cairn_audit", "audit entry not recorded in the cluster: {e}");
-        }
-    });
 }
 
 fn view(meta: &cairn_meta::MetaStore, id: String, r: AdminTokenRecord) -> AdminTokenView {

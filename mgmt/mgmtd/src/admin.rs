@@ -108,9 +108,14 @@ pub(crate) struct App {
     metrics: Arc<crate::metrics::Metrics>,
     sessions: Arc<crate::access::SessionTokens>,
     throughput: Arc<crate::page::Throughput>,
+    refusals: Arc<crate::audit::Refusals>,
 }
 
 impl App {
+    pub(crate) fn refusals(&self) -> &crate::audit::Refusals {
+        &self.refusals
+    }
+
     pub(crate) fn store(&self) -> Result<Arc<ObjectStore>, Failure> {
         self.node.store.get().cloned().ok_or_else(|| {
             Failure::new(
@@ -199,7 +204,9 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
         metrics: parts.metrics,
         sessions: parts.sessions,
         throughput: Default::default(),
+        refusals: Default::default(),
     };
+    let sweeper = tokio::spawn(crate::audit::sweep(state.clone()));
     // The status page's chart: sampled whether or not anyone looks.
     let sampler = tokio::spawn({
         let (t, m) = (state.throughput.clone(), state.metrics.clone());
@@ -301,6 +308,7 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
     )
     .await;
     sampler.abort();
+    sweeper.abort();
     if let Some(t) = tls_task {
         let _ = t.await;
     }

@@ -9,6 +9,7 @@
 
 mod access;
 mod admin;
+mod audit;
 mod bmc;
 mod certs;
 mod cluster;

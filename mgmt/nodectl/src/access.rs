@@ -141,8 +141,12 @@ pub async fn audit(target: &Target, limit: usize, json: bool) -> Result<(), Node
         return Ok(());
     }
     for e in all {
+        let repeated = match e.repeated {
+            0 => String::new(),
+            n => format!("  (and {n} more like it in the minute before)"),
+        };
         println!(
-            "{:<12}  {:>3}  {:<22}  {:<8}  {}  {}  (node {})",
+            "{:<12}  {:>3}  {:<22}  {:<8}  {}  {}  (node {}){repeated}",
             when(e.at_ms),
             e.status,
             e.action.name(),
