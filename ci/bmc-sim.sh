@@ -6,7 +6,7 @@
 # start and stop that VM, as a real BMC powers its machine. The VM is powered on
 # at start. Runs in the foreground until killed; DIR (made if absent) holds the
 # configuration, the BMC's state and the VM's pid file (kill the VM by
-# `pkill -f DIR`).
+# `pkill -f DIR`). Its one sensor, CPU Temp, reads DIR/cpu_temp.
 #
 #   ci/bmc-sim.sh DIR PORT VM_PORT PASSWORD
 #
@@ -39,10 +39,17 @@ set_working_mc 0x20
   user 2 true "admin" "$password" admin 10 none md2 md5 straight
 CONF
 # `mc_setbmc` is mandatory: without it ipmi_sim exits at once, silently.
-cat >"$dir/sim.emu" <<'EMU'
+# One threshold sensor, "CPU Temp" (°C, upper non-critical 75, upper critical
+# 85): a full sensor record in the SDR repository, its reading polled every
+# second from DIR/cpu_temp (write a number there to heat or cool the machine).
+[ -e "$dir/cpu_temp" ] || echo 40 >"$dir/cpu_temp"
+cat >"$dir/sim.emu" <<EMU
 mc_setbmc 0x20
 mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
 sel_enable 0x20 1000 0x0a
+main_sdr_add 0x20 0x00 0x00 0x51 0x01 0x33 0x20 0x00 0x01 0x03 0x01 0x7f 0x48 0x01 0x01 0x00 0x70 0x00 0x70 0x18 0x18 0x00 0x01 0x00 0x00 0x01 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0xff 0x00 0x00 0x55 0x4b 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0x00 0xc8 0x43 0x50 0x55 0x20 0x54 0x65 0x6d 0x70
+sensor_add 0x20 0 1 0x01 0x01 poll 1000 file "$dir/cpu_temp"
+sensor_set_threshold 0x20 0 1 settable 011000 0 0x55 0x4b 0 0 0
 mc_enable 0x20
 EMU
 exec ipmi_sim -c "$dir/lan.conf" -f "$dir/sim.emu" -n -s "$dir/state"

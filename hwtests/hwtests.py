@@ -198,6 +198,16 @@ def test_boot(t):
     _, sel = vm.shell("ipmitool -I open sel elist", timeout=60)
     check("OS Boot" in sel, f"no OS Boot event from mgmtd in the SEL: {sel}")
 
+    log("BMC: nodectl node sensors reads the SDR in-band, as ipmitool does")
+    _, cs = vm.shell("nodectl cluster status --admin 127.0.0.1:9001 --json", timeout=60)
+    nid = json.loads(cs)["nodes"][0]["id"]
+    _, out = vm.shell(f"nodectl node sensors {nid} --admin 127.0.0.1:9001 --json", timeout=60)
+    sv = json.loads(out)
+    _, sdr = vm.shell("ipmitool -I open sdr list full", timeout=60)
+    check(sv["source"] == "in-band /dev/ipmi0"
+          and [s["name"] for s in sv["sensors"]] == ["CPU Temp"] and "CPU Temp" in sdr,
+          f"in-band sensors: {sv}; ipmitool: {sdr}")
+
     log("power cycle (poweroff, QEMU started again); the objects are still there")
     m = vm.mark()
     vm.boot_started = time.monotonic()

@@ -92,6 +92,15 @@ def find_in_file(path, needle):
     return sorted(set(hits))
 
 
+
+# A full sensor record (IPMI 2.0, 43.1): CPU Temp, degrees C, M=1, upper
+# non-critical 75, upper critical 85, thresholds readable.
+CPU_TEMP_SDR = [
+    0x00, 0x00, 0x51, 0x01, 0x33, 0x20, 0x00, 0x01, 0x03, 0x01, 0x7f, 0x48, 0x01, 0x01,
+    0x00, 0x70, 0x00, 0x70, 0x18, 0x18, 0x00, 0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff, 0x00, 0x00, 0x55, 0x4b, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0xc8] + list(b"CPU Temp")
+
 class VM:
     def __init__(self, name, workdir, image_dir, *, nvme=4, nvme_mib=1024, config_toml=None,
                  mem_mib=2048, smp=2, mac="52:54:00:c0:00:01", user_net=True, mcast=None,
@@ -135,6 +144,11 @@ class VM:
             make_config_disk(self.config, config_toml)
         self.s3_port = free_port()
         self.admin_port = free_port()
+        # The BMC's SDR repository: one full threshold sensor record, "CPU Temp"
+        # (the bytes ci/bmc-sim.sh gives ipmi_sim).
+        self.sdr = os.path.join(self.dir, "bmc.sdr")
+        with open(self.sdr, "wb") as f:
+            f.write(bytes(CPU_TEMP_SDR))
 
     def command(self):
         cmd = [QEMU, "-accel", "tcg", "-machine", "q35,kernel-irqchip=split" if self.iommu else "q35",
@@ -152,7 +166,8 @@ class VM:
                "-device", "virtserialport,chardev=dbg,name=org.cairn.debug",
                "-drive", f"file={self.disk},format=raw,if=none,id=boot",
                "-device", "virtio-blk-pci,drive=boot" + ("" if self.direct_kernel else ",bootindex=0"),
-               "-device", "ipmi-bmc-sim,id=bmc0", "-device", "isa-ipmi-kcs,bmc=bmc0",
+               "-device", f"ipmi-bmc-sim,id=bmc0,sdrfile={self.sdr}",
+               "-device", "isa-ipmi-kcs,bmc=bmc0",
                "-device", "virtio-rng-pci"]
         if self.direct_kernel:
             cmd += ["-kernel", os.path.join(self.image_dir, "vmlinuz"),

@@ -153,6 +153,7 @@ actions! {
     BmcClear = Delete routes::NODE_BMC, Admin;
     PowerStatus = Get routes::NODE_POWER, Reader;
     PowerControl = Post routes::NODE_POWER, Operator;
+    SensorList = Get routes::NODE_SENSORS, Reader;
 }
 
 impl Action {

@@ -106,3 +106,66 @@ pub struct PowerView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<PowerAction>,
 }
+
+/// Where a threshold sensor's reading stands against the thresholds its BMC
+/// compares it with (the BMC's own comparison, as `ipmitool sdr` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SensorLevel {
+    Ok,
+    /// Past a non-critical threshold.
+    Warning,
+    /// Past a critical threshold.
+    Critical,
+    /// Past a non-recoverable threshold.
+    NonRecoverable,
+    /// The BMC has no reading (scanning off, or the sensor absent).
+    Unavailable,
+}
+
+impl SensorLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            SensorLevel::Ok => "ok",
+            SensorLevel::Warning => "warning",
+            SensorLevel::Critical => "critical",
+            SensorLevel::NonRecoverable => "non-recoverable",
+            SensorLevel::Unavailable => "unavailable",
+        }
+    }
+
+    /// Whether the level is one an operator must hear of.
+    pub fn alerts(self) -> bool {
+        matches!(
+            self,
+            SensorLevel::Warning | SensorLevel::Critical | SensorLevel::NonRecoverable
+        )
+    }
+}
+
+/// One threshold sensor of a BMC (from its SDR repository) and its reading.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SensorView {
+    /// The SDR's id string (`CPU Temp`).
+    pub name: String,
+    pub number: u8,
+    /// The IPMI sensor type (`temperature`, `voltage`, `fan`...).
+    pub kind: String,
+    /// `°C`, `V`, `RPM`... (empty when the SDR names none).
+    pub unit: String,
+    /// The reading in `unit`; none when unavailable.
+    pub value: Option<f64>,
+    pub level: SensorLevel,
+    /// The thresholds the SDR makes readable, by name (`upper critical`), in `unit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<(String, f64)>,
+}
+
+/// `GET /v1/nodes/{node}/sensors`: a node's sensors, read now.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SensorsView {
+    pub node: String,
+    /// Where they were read: `in-band /dev/ipmi0`, or the BMC's address.
+    pub source: String,
+    pub sensors: Vec<SensorView>,
+}

@@ -519,6 +519,12 @@ impl AdminClient {
         self.call(Method::GET, &route, |r| r).await
     }
 
+    /// `GET /v1/nodes/{node}/sensors`.
+    pub async fn sensors(&self, node: &str) -> Result<crate::SensorsView, AdminError> {
+        let route = routes::fill(routes::NODE_SENSORS, &[node]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
     /// `POST /v1/nodes/{node}/power`.
     pub async fn power(
         &self,

@@ -33,7 +33,10 @@ pub use access::{
     Action, AdminCertView, AdminTokenView, AuditEntry, AuditQuery, CreatedAdminToken,
     IssuedAdminCert, Method, NewAdminCert, NewAdminToken, NewSshKey, Role, SshKeyView,
 };
-pub use bmc::{BmcSettings, BmcView, PowerAction, PowerRequest, PowerState, PowerView};
+pub use bmc::{
+    BmcSettings, BmcView, PowerAction, PowerRequest, PowerState, PowerView, SensorLevel,
+    SensorView, SensorsView,
+};
 pub use cluster::{
     ClusterStatus, InitRequest, JoinRequest, NodeRequest, NodeView, RepairView, TokenReply,
 };
@@ -165,6 +168,10 @@ pub mod routes {
     /// `GET` → [`PowerView`](crate::PowerView): the power state its BMC reports;
     /// `POST` [`PowerRequest`](crate::PowerRequest) → [`PowerView`](crate::PowerView).
     pub const NODE_POWER: &str = "/v1/nodes/{node}/power";
+    /// `GET` → [`SensorsView`](crate::SensorsView): the node's threshold
+    /// sensors, read now (in-band on the node itself when it has `/dev/ipmi0`,
+    /// else through its BMC over the LAN).
+    pub const NODE_SENSORS: &str = "/v1/nodes/{node}/sensors";
 
     /// `path` with its `{name}` placeholders filled, in order.
     pub fn fill(path: &str, values: &[&str]) -> String {

@@ -99,4 +99,8 @@ pub struct NodeStatus {
     /// say now (a single node; a cluster member's are in `cluster status`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub objects_protection: Option<ProtectionReport>,
+    /// The node's hardware alerts: a BMC sensor past a threshold, or sensors
+    /// that cannot be read (what `nodectl node sensors` shows in full).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alerts: Vec<String>,
 }

@@ -23,6 +23,7 @@
 //! not come is reported as of unknown outcome.
 
 mod local;
+mod sensors;
 
 pub use local::LocalBmc;
 
@@ -230,6 +231,11 @@ impl Link {
         } else {
             PowerState::Off
         })
+    }
+
+    /// The BMC's threshold sensors and their readings (see [`sensors`]).
+    pub async fn sensors(self: &Arc<Self>) -> Result<Vec<cairn_adminapi::SensorView>, BmcError> {
+        sensors::read(&self.target.address, |n, c, d, w| self.request(n, c, d, w)).await
     }
 
     pub async fn power(self: &Arc<Self>, action: PowerAction) -> Result<(), BmcError> {

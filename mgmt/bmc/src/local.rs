@@ -43,6 +43,11 @@ impl LocalBmc {
         })
     }
 
+    /// The device it was opened at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     fn name(&self) -> String {
         self.path.display().to_string()
     }
@@ -95,6 +100,11 @@ impl LocalBmc {
             what: "get device id",
             why: "fewer than 11 bytes".into(),
         })
+    }
+
+    /// The BMC's threshold sensors and their readings.
+    pub async fn sensors(self: &Arc<Self>) -> Result<Vec<cairn_adminapi::SensorView>, BmcError> {
+        crate::sensors::read(&self.name(), |n, c, d, w| self.request(n, c, d, w)).await
     }
 
     /// Arms the watchdog: a hard reset unless [`kick`](Self::kick)ed within

@@ -25,8 +25,8 @@ impl Ran {
 pub(crate) const HELP: &str = "\
 Commands (run as this SSH key's role, through the node's admin API):
   nodectl ARGS...     nodectl's commands for this node: status, drives, cluster, scrub,
-                      gc, tenant, user, key, kv, token, audit, node drain|remove|power,
-                      node bmc show|clear (e.g. `nodectl cluster status`; `nodectl`
+                      gc, tenant, user, key, kv, token, audit, node drain|remove|power|
+                      sensors, node bmc show|clear (e.g. `nodectl cluster status`; `nodectl`
                       may be left out: `status`, `node power ID status`)
   logs [N]            the last N lines (default 50) of mgmtd's log
   dmesg [N]           the last N kernel messages
@@ -51,7 +51,7 @@ pub(crate) const THROUGH_THE_API: &[&str] = &[
 /// or `mark-good` (this machine's disks), nor `bmc set`, whose password file
 /// nodectl would read here: any file's first line could be sent to a BMC
 /// address of the caller's choosing.
-const NODE_THROUGH_THE_API: &[&str] = &["drain", "remove", "power", "bmc"];
+const NODE_THROUGH_THE_API: &[&str] = &["drain", "remove", "power", "bmc", "sensors"];
 
 /// Options that would point nodectl at another node, another token or a local
 /// directory: the session's node and token are the console's to choose (an
@@ -354,6 +354,7 @@ mod tests {
             "nodectl cluster status --json",
             "kv pool create t p --nodes a,b",
             "node power 01 off",
+            "node sensors 01",
             "node bmc show --json",
             "node drain 01",
         ] {

@@ -2,7 +2,9 @@
 //! chassis is a QEMU VM, reached over RMCP+ by mgmtd. `nodectl node power`
 //! changes the power state that stock `ipmitool` reports and starts and stops
 //! that VM; wrong credentials are refused with nothing kept; a BMC that is gone
-//! or a node without one gets a clear error, and mgmtd keeps serving.
+//! or a node without one gets a clear error, and mgmtd keeps serving. The
+//! BMC's temperature sensor read by mgmtd matches ipmitool's, and heating it
+//! past its thresholds raises an alert in status and /metrics.
 
 use cairn_it::{bin, free_addr, Node, NodeOptions};
 use std::path::{Path, PathBuf};
@@ -134,7 +136,11 @@ fn password_file(dir: &Path, name: &str, pw: &str) -> PathBuf {
 #[test]
 fn power_through_the_bmc_with_ipmitool_as_witness() {
     let mut sim = Sim::start();
-    let node = Node::start(NodeOptions::default());
+    // Sensors read every second (30 s by default).
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_SENSOR_EVERY", "1")],
+        ..NodeOptions::default()
+    });
     let id = node.admin("GET", "/v1/cluster/status")["nodes"][0]["id"]
         .as_str()
         .unwrap()
@@ -234,6 +240,8 @@ fn power_through_the_bmc_with_ipmitool_as_witness() {
     let st = ok(&node, &["node", "power", &id]);
     assert!(st.contains("power off"), "{st}");
 
+    sensors(&node, &sim, &id);
+
     // The BMC gone: a clear error within the deadline; mgmtd keeps serving.
     sim.stop();
     let t = Instant::now();
@@ -243,15 +251,121 @@ fn power_through_the_bmc_with_ipmitool_as_witness() {
         e.contains("does not answer") || e.contains("did not answer"),
         "{e}"
     );
-    ok(&node, &["status"]);
+    // The watch says so.
+    wait_status(&node, "the BMC's sensors cannot be read");
 
     // Forgotten: no more power control.
     ok(&node, &["node", "bmc", "clear", &id]);
     let e = refused(&node, &["node", "power", &id, "off"]);
     assert!(e.contains("has no BMC set"), "{e}");
+    let e = refused(&node, &["node", "sensors", &id]);
+    assert!(e.contains("has no BMC set"), "{e}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ok(&node, &["status"]).contains("Alert") {
+        assert!(Instant::now() < deadline, "alerts outlive the BMC's record");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let e = refused(&node, &["node", "power", &id, "sideways"]);
     assert!(
         e.contains("possible values: status, on, off, cycle, reset, soft"),
         "{e}"
     );
+}
+
+/// Waits (30 s at most) for `nodectl status` to show an alert containing `what`;
+/// returns the status.
+fn wait_status(node: &Node, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = ok(node, &["status"]);
+        if st
+            .lines()
+            .any(|l| l.starts_with("Alert") && l.contains(what))
+        {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "no alert {what:?} in 30 s: {st}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn metrics(node: &Node) -> String {
+    let out = Command::new("curl")
+        .args(["-sf", "-H"])
+        .arg(format!(
+            "Authorization: Bearer {}",
+            std::fs::read_to_string(node.state_dir().join("admin.token"))
+                .unwrap()
+                .trim()
+        ))
+        .arg(format!("http://{}/metrics", node.admin_addr))
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The BMC's one sensor (CPU Temp, ci/bmc-sim.sh) as nodectl and ipmitool see
+/// it, heated past its critical threshold and cooled again.
+fn sensors(node: &Node, sim: &Sim, id: &str) {
+    let temp = sim.dir.path().join("cpu_temp");
+    let set = |c: u32| std::fs::write(&temp, format!("{c}\n")).unwrap();
+    set(40);
+    sim.wait("40 degrees in ipmitool", |s| {
+        s.ipmitool(&["sdr", "list"]).contains("40 degrees C")
+    });
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(node, &["node", "sensors", id, "--json"])).unwrap();
+    let s = &v["sensors"][0];
+    assert_eq!(v["sensors"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(s["name"], "CPU Temp", "{v}");
+    assert_eq!(s["value"], 40.0, "{v}");
+    assert_eq!(s["unit"], "°C", "{v}");
+    assert_eq!(s["level"], "ok", "{v}");
+    assert_eq!(
+        s["thresholds"],
+        serde_json::json!([["upper critical", 85.0], ["upper non-critical", 75.0]]),
+        "{v}"
+    );
+    let table = ok(node, &["node", "sensors", &id[..6]]);
+    assert!(
+        table.contains("CPU Temp") && table.contains("40 °C") && table.contains("ok"),
+        "{table}"
+    );
+    assert!(!ok(node, &["status"]).contains("Alert"));
+
+    // Hot: the BMC says critical (ipmitool "cr"), and so does every view of the node.
+    set(90);
+    sim.wait("critical in ipmitool", |s| {
+        s.ipmitool(&["sdr", "list"]).contains("| cr")
+    });
+    let st = wait_status(
+        node,
+        "sensor CPU Temp is critical: 90 °C (past upper critical 85 °C)",
+    );
+    assert!(st.contains("Alert"), "{st}");
+    let m = metrics(node);
+    assert!(
+        m.lines().any(|l| l.starts_with("cairn_sensor_value{")
+            && l.contains("sensor=\"CPU Temp\"")
+            && l.ends_with(" 90.0")),
+        "{m}"
+    );
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("cairn_sensor_level{sensor=\"CPU Temp\"} 2")),
+        "{m}"
+    );
+    // Warm: a warning.
+    set(80);
+    wait_status(
+        node,
+        "sensor CPU Temp is warning: 80 °C (past upper non-critical 75 °C)",
+    );
+    // Cool again: no alert.
+    set(40);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ok(node, &["status"]).contains("Alert") {
+        assert!(Instant::now() < deadline, "the alert outlived the heat");
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }

@@ -287,6 +287,7 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
             routes::NODE_POWER,
             get(crate::bmc::power_status).post(crate::bmc::power),
         )
+        .route(routes::NODE_SENSORS, get(crate::sensors::list))
         // Every matched route passes the access layer (authentication, the
         // action's role, audit); unmatched ones fall through to the 404.
         .route_layer(axum::middleware::from_fn_with_state(
@@ -419,6 +420,7 @@ pub(crate) async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, F
         bad_fragments: s.bad_fragments,
         scrub: Some(store.scrubber().status()),
         objects_protection: protection,
+        alerts: app.node().sensors.alerts(),
     }))
 }
 

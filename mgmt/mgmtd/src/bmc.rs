@@ -49,7 +49,7 @@ pub(crate) fn view(node: NodeId, r: BmcRecord) -> BmcView {
     }
 }
 
-fn bmc_failure(e: cairn_bmc::BmcError) -> Failure {
+pub(crate) fn bmc_failure(e: cairn_bmc::BmcError) -> Failure {
     use cairn_bmc::BmcError as E;
     let kind = match e {
         E::Address(_) => ErrorKind::Invalid,
@@ -64,7 +64,7 @@ fn bmc_failure(e: cairn_bmc::BmcError) -> Failure {
 }
 
 /// The node a path names, and its BMC target (password unsealed).
-fn target(store: &ObjectStore, node: NodeId) -> Result<(BmcRecord, BmcTarget), Failure> {
+pub(crate) fn target(store: &ObjectStore, node: NodeId) -> Result<(BmcRecord, BmcTarget), Failure> {
     let rec = store
         .meta()
         .bmc(node)?
@@ -87,7 +87,7 @@ fn target(store: &ObjectStore, node: NodeId) -> Result<(BmcRecord, BmcTarget), F
     Ok((rec, t))
 }
 
-fn node_of(app: &App, named: &str) -> Result<NodeId, Failure> {
+pub(crate) fn node_of(app: &App, named: &str) -> Result<NodeId, Failure> {
     resolve_node(&app.cluster_map(), named)
         .map_err(|e| Failure::new(ErrorKind::NotFound, e.to_string()))
 }

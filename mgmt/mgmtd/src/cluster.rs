@@ -97,6 +97,10 @@ pub struct ClusterNode {
     pub bmcs: cairn_bmc::Links,
     /// Down nodes fencing has already warned about (once each, not every pass).
     pub fence_warned: Mutex<HashSet<(NodeId, crate::bmc::Warned)>>,
+    /// The node's own BMC, in-band, once opened (see `local_bmc`).
+    pub(crate) local_bmc: OnceLock<Arc<cairn_bmc::LocalBmc>>,
+    /// What this node's sensors last read (see `sensors`).
+    pub(crate) sensors: crate::sensors::Watch,
 }
 
 impl std::fmt::Debug for ClusterNode {

@@ -21,7 +21,6 @@ impl Failure {
         Failure(ErrorBody::new(kind, message))
     }
 
-    #[cfg(test)]
     pub(crate) fn kind(&self) -> ErrorKind {
         self.0.kind
     }

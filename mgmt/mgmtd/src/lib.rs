@@ -25,6 +25,7 @@ mod metrics;
 mod page;
 mod resp;
 mod scrub;
+mod sensors;
 mod ssh_keys;
 mod tenants;
 
@@ -106,6 +107,8 @@ pub struct Config {
     pub bmc_device: Option<PathBuf>,
     /// The BMC watchdog's timeout; zero leaves the watchdog alone.
     pub bmc_watchdog: Duration,
+    /// How often the node's BMC sensors are read (see `sensors`).
+    pub sensor_every: Duration,
     /// RESP connections served at once (more are refused, as Redis's maxclients).
     pub resp_max_clients: usize,
     /// Bytes of RESP values being received at once (see `cairn_resp::Intake`).
@@ -252,6 +255,8 @@ async fn run_cluster(
         data: cfg.data.clone(),
         bmcs: Default::default(),
         fence_warned: Default::default(),
+        local_bmc: Default::default(),
+        sensors: Default::default(),
     });
     // Two stops: the front ends (S3, RESP, admin) first; the internal API (Raft
     // appends, forwarded proposals) only once they have drained, since a write in
@@ -418,6 +423,7 @@ async fn run_cluster(
     tracing::info!(%admin_addr, %internal_addr, node = %cluster::id_hex(c.id()), "mgmtd up");
     let bmc_task = match &cfg.bmc_device {
         Some(dev) => local_bmc::open(dev).await.map(|bmc| {
+            let _ = node.local_bmc.set(bmc.clone());
             tokio::spawn(local_bmc::run(
                 bmc,
                 cfg.bmc_watchdog,
@@ -427,6 +433,11 @@ async fn run_cluster(
         }),
         None => None,
     };
+    let sensor_task = tokio::spawn(sensors::watch(
+        node.clone(),
+        cfg.sensor_every,
+        stopped(stop_rx.clone()),
+    ));
     wait_for_signal().await;
     tracing::info!("mgmtd stopping");
     let _ = stop_tx.send(true);
@@ -434,6 +445,7 @@ async fn run_cluster(
     if let Some(t) = bmc_task {
         let _ = t.await;
     }
+    sensor_task.abort();
     // S3 and RESP finish what they have in hand (each gives up after 10 s).
     let _ = s3_task.await;
     let _ = admin_task.await;

@@ -179,11 +179,53 @@ async fn gather(app: &App) -> Snapshot {
         1.0,
     );
     drives(app, &mut s).await;
+    sensors(app, &mut s);
     raft(app, &mut s);
     if let Ok(store) = app.store() {
         store_figures(app, &store, &mut s).await;
     }
     s
+}
+
+/// This node's BMC sensors, as the watch last read them (nothing when the node
+/// has no BMC to read).
+fn sensors(app: &App, s: &mut Snapshot) {
+    let Some(w) = app.node().sensors.latest() else {
+        return;
+    };
+    s.gauge(
+        "cairn_sensors_readable",
+        "1 while the node's BMC sensors read, 0 when they cannot be read",
+        vec![("source", w.source.clone())],
+        w.sensors.is_ok() as u8 as f64,
+    );
+    for x in w.sensors.unwrap_or_default() {
+        let l = || vec![("sensor", x.name.clone())];
+        if let Some(v) = x.value {
+            s.gauge(
+                "cairn_sensor_value",
+                "A BMC threshold sensor's reading, in its unit",
+                vec![
+                    ("sensor", x.name.clone()),
+                    ("kind", x.kind.clone()),
+                    ("unit", x.unit.clone()),
+                ],
+                v,
+            );
+        }
+        s.gauge(
+            "cairn_sensor_level",
+            "Where the sensor stands against its BMC's thresholds: 0 ok, 1 warning (non-critical), 2 critical, 3 non-recoverable, -1 unavailable",
+            l(),
+            match x.level {
+                cairn_adminapi::SensorLevel::Ok => 0.0,
+                cairn_adminapi::SensorLevel::Warning => 1.0,
+                cairn_adminapi::SensorLevel::Critical => 2.0,
+                cairn_adminapi::SensorLevel::NonRecoverable => 3.0,
+                cairn_adminapi::SensorLevel::Unavailable => -1.0,
+            },
+        );
+    }
 }
 
 /// This node's drives, from its own datapathd.

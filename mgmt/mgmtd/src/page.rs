@@ -147,6 +147,9 @@ pub(crate) async fn page(State(app): State<App>) -> Html<String> {
 
 fn alerts(v: &View) -> Vec<String> {
     let mut out = Vec::new();
+    if let Ok(n) = &v.node {
+        out.extend(n.alerts.iter().cloned());
+    }
     match &v.drives {
         Ok(ds) => {
             for d in ds {

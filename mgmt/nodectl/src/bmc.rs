@@ -153,6 +153,57 @@ pub async fn bmc(cmd: BmcCmd) -> Result<(), NodectlError> {
     Ok(())
 }
 
+#[derive(clap::Args, Debug)]
+pub struct SensorsArgs {
+    /// Node id (hex, or a unique prefix).
+    id: String,
+    #[command(flatten)]
+    target: Target,
+    #[arg(long)]
+    json: bool,
+}
+
+/// `nodectl node sensors ID`: the node's threshold sensors, read now.
+pub async fn sensors(a: SensorsArgs) -> Result<(), NodectlError> {
+    let v = a.target.api()?.sensors(&a.id).await?;
+    if a.json {
+        print_json(&v);
+        return Ok(());
+    }
+    println!(
+        "node {}: {} sensors ({})",
+        v.node,
+        v.sensors.len(),
+        v.source
+    );
+    if v.sensors.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "{:<18}{:<14}{:>12}  {:<16}THRESHOLDS",
+        "SENSOR", "KIND", "READING", "LEVEL"
+    );
+    for s in &v.sensors {
+        let reading = s
+            .value
+            .map_or_else(|| "-".to_string(), |x| format!("{x} {}", s.unit));
+        let thresholds: Vec<String> = s
+            .thresholds
+            .iter()
+            .map(|(name, t)| format!("{name} {t}"))
+            .collect();
+        println!(
+            "{:<18}{:<14}{:>12}  {:<16}{}",
+            s.name,
+            s.kind,
+            reading.trim_end(),
+            s.level.name(),
+            thresholds.join(", ")
+        );
+    }
+    Ok(())
+}
+
 pub async fn power(a: PowerArgs) -> Result<(), NodectlError> {
     let api = a.target.api()?;
     let v = match a.action.as_deref().and_then(PowerAction::parse) {

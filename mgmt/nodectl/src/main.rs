@@ -321,6 +321,10 @@ enum NodeCmd {
     },
     /// A node's power, through its BMC: status, on, off, cycle, reset, soft.
     Power(bmc::PowerArgs),
+    /// A node's BMC sensors (temperatures, voltages, fans) with their levels
+    /// and thresholds, read now: in-band on the node itself when it has its
+    /// BMC device, else through its BMC over the network.
+    Sensors(bmc::SensorsArgs),
 }
 
 #[tokio::main]
@@ -385,6 +389,7 @@ async fn main() -> std::process::ExitCode {
             NodeCmd::MarkGood(a) => nodeos::mark_good(a),
             NodeCmd::Bmc { cmd } => bmc::bmc(cmd).await,
             NodeCmd::Power(a) => bmc::power(a).await,
+            NodeCmd::Sensors(a) => bmc::sensors(a).await,
         },
         Cmd::Flash(a) => nodeos::flash(a),
         Cmd::Drives { target, json } => drives::show(&target, json).await,

@@ -38,6 +38,9 @@ pub async fn show(target: &crate::cluster::Target, json: bool) -> Result<(), Nod
         println!("S3           http://{s3}");
     }
     println!("State        {}", status.data_dir);
+    for a in &status.alerts {
+        println!("Alert        {a}");
+    }
     println!("Protection   {}", status.protection);
     println!(
         "Objects      {} in {} buckets",

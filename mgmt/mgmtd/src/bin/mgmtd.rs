@@ -56,6 +56,11 @@ struct Args {
     /// The BMC watchdog's timeout in seconds (0: leave the watchdog alone).
     #[arg(long, env = "CAIRN_BMC_WATCHDOG", default_value_t = 60)]
     bmc_watchdog: u64,
+    /// How often, in seconds, the node reads its BMC's sensors (in-band with
+    /// --bmc-device, else through its BMC set with `nodectl node bmc set`); a
+    /// sensor past a threshold is an alert in status, the page and /metrics.
+    #[arg(long, env = "CAIRN_SENSOR_EVERY", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    sensor_every: u64,
     /// RESP connections served at once; one more is answered "-ERR max number of
     /// clients reached" and closed (Redis's maxclients).
     #[arg(long, env = "CAIRN_RESP_MAX_CLIENTS", default_value_t = 10_000)]
@@ -207,6 +212,7 @@ async fn main() -> std::process::ExitCode {
         admin_tls: args.admin_tls,
         bmc_device: args.bmc_device,
         bmc_watchdog: std::time::Duration::from_secs(args.bmc_watchdog),
+        sensor_every: std::time::Duration::from_secs(args.sensor_every),
         resp_max_clients: args.resp_max_clients.max(1),
         resp_intake: args
             .resp_intake
