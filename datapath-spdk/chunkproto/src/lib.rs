@@ -313,6 +313,31 @@ pub struct DriveReport {
     /// travels only in a `DriveDetails` reply: `None` in a `DriveInfo` reply and
     /// whenever the server did not say.
     pub space: Option<DriveSpace>,
+    /// How busy the reactor serving the drive is; `DriveDetails` only, like
+    /// `space`.
+    pub reactor: Option<ReactorLoad>,
+}
+
+/// The work of the reactor thread that serves a drive, since datapathd started
+/// (the same figures for every drive of that reactor). Counters only grow, so a
+/// reader takes rates over any interval: busy time per second is the reactor's
+/// utilisation, batches per turn its mean queue depth.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReactorLoad {
+    /// Which reactor (thread `reactor-N`).
+    pub reactor: u64,
+    /// Nanoseconds spent serving: operations, flushes, health checks and
+    /// compaction; not spinning idle or sleeping.
+    pub busy_ns: u64,
+    /// Turns that had work (each one group commit per drive).
+    pub turns: u64,
+    /// Messages (batches of operations) served.
+    pub batches: u64,
+    /// Operations served.
+    pub ops: u64,
+    /// Messages in the turn that answers this report (this one included): how
+    /// deep the mailbox was just now.
+    pub queue_depth: u64,
 }
 
 /// A drive's free segments, its reserve, whether it is full, and what the chunk

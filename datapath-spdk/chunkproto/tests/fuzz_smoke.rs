@@ -156,6 +156,7 @@ fn frames_never_panic_the_decoder() {
             torn_batches: 1,
             ..DriveSpace::default()
         }),
+        reactor: None,
     };
     let proto_seeds = [
         join(encode_request_batch(1, &reqs).unwrap()),

@@ -10,7 +10,8 @@
 use crate::{Config, DatapathError, PollMode, Result};
 use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{
-    DriveReport, DriveSpace, DriveState, Failure, FailureCode, Reply, Request, Response, LAZY_FLUSH,
+    DriveReport, DriveSpace, DriveState, Failure, FailureCode, ReactorLoad, Reply, Request,
+    Response, LAZY_FLUSH,
 };
 use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
 use cairn_types::DriveIndex;
@@ -132,7 +133,7 @@ impl Drive {
         }
     }
 
-    fn report(&self) -> DriveReport {
+    fn report(&self, load: &ReactorLoad) -> DriveReport {
         let Some((_, store)) = &self.open else {
             let u = self.unopened.as_ref();
             return DriveReport {
@@ -150,6 +151,7 @@ impl Drive {
                 serial: None,
                 firmware: None,
                 space: None,
+                reactor: Some(*load),
             };
         };
         let r = store.report();
@@ -186,6 +188,7 @@ impl Drive {
                 formatted_at_open: r.formatted_at_open,
                 dropped_since_open: r.dropped_since_open,
             }),
+            reactor: Some(*load),
         }
     }
 
@@ -246,7 +249,7 @@ impl Drive {
 
     /// Runs one turn's operations for this drive: `batches` are the messages, each
     /// answered in its own order. All writes of the turn are one group commit.
-    fn run(&mut self, batches: Vec<Work>) {
+    fn run(&mut self, batches: Vec<Work>, load: &ReactorLoad) {
         let mut results: Vec<Vec<Option<Response>>> = batches
             .iter()
             .map(|(ops, _)| (0..ops.len()).map(|_| None).collect())
@@ -326,8 +329,8 @@ impl Drive {
                     Request::Put { .. }
                     | Request::Delete { .. }
                     | Request::DeleteVersion { .. } => continue,
-                    Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report())),
-                    Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report())),
+                    Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report(load))),
+                    Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report(load))),
                     _ if self.failed.is_some() || self.open.is_none() => {
                         Err(self.failed_response())
                     }
@@ -477,6 +480,10 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
     let mut last_health = Instant::now();
     let mut stopping = false;
     let mut pending: Vec<Msg> = Vec::new();
+    let mut load = ReactorLoad {
+        reactor: r as u64,
+        ..ReactorLoad::default()
+    };
     loop {
         // Drain the mailbox: everything that arrived is one turn (one group commit
         // per drive).
@@ -491,7 +498,18 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             }
         }
         let busy = !pending.is_empty();
+        let turn_started = Instant::now();
         if busy {
+            load.turns += 1;
+            load.queue_depth = pending.len() as u64;
+            load.batches += pending.len() as u64;
+            load.ops += pending
+                .iter()
+                .map(|m| match m {
+                    Msg::Batch { ops, .. } => ops.len() as u64,
+                    Msg::Shutdown => 0,
+                })
+                .sum::<u64>();
             let mut by_drive: BTreeMap<DriveIndex, Vec<Work>> = BTreeMap::new();
             for m in pending.drain(..) {
                 match m {
@@ -503,7 +521,7 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             }
             for (d, batches) in by_drive {
                 match drives.get_mut(&d) {
-                    Some(drive) => drive.run(batches),
+                    Some(drive) => drive.run(batches, &load),
                     None => {
                         for (ops, reply) in batches {
                             let _ = reply.send(
@@ -533,6 +551,9 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             }
             last_health = Instant::now();
         }
+        if busy {
+            load.busy_ns += turn_started.elapsed().as_nanos() as u64;
+        }
         if stopping {
             break;
         }
@@ -541,6 +562,7 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             continue;
         }
         // Idle: background compaction first, then sleep until a message or timeout.
+        let compaction_started = Instant::now();
         let mut compacted = false;
         for d in drives.values_mut() {
             if let (None, Some((_, store))) = (&d.failed, &mut d.open) {
@@ -552,6 +574,7 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             }
         }
         if compacted {
+            load.busy_ns += compaction_started.elapsed().as_nanos() as u64;
             continue;
         }
         match rx.recv_timeout(IDLE_SLEEP) {

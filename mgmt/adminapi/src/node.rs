@@ -41,6 +41,23 @@ pub struct DriveStatus {
     /// What the drive's last open found damaged on disk, if anything.
     #[serde(default)]
     pub damage_at_open: Option<DamageAtOpen>,
+    /// The work of the datapathd reactor serving the drive (node's own drives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reactor: Option<ReactorLoad>,
+}
+
+/// The work of one datapathd reactor since datapathd started: counters a
+/// reader turns into rates (busy seconds per second is its utilisation,
+/// batches per turn its mean queue depth).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReactorLoad {
+    pub reactor: u64,
+    pub busy_ns: u64,
+    pub turns: u64,
+    pub batches: u64,
+    pub ops: u64,
+    /// Messages in the mailbox when the report was made.
+    pub queue_depth: u64,
 }
 
 /// Damage the chunk store found and worked around when it opened the drive.

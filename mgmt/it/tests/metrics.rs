@@ -155,6 +155,25 @@ async fn metrics_count_what_clients_did() {
     for d in &drives {
         assert!(matches!(d.value, Value::Gauge(v) if v == 1.0), "{d:?}");
     }
+    // datapathd's reactors: each once, busy some of the time, having served the
+    // PUT's and GET's operations, with the scrape's own message in the mailbox.
+    let reactors = find(&s, "cairn_reactor_ops_total", &[]);
+    assert!(!reactors.is_empty(), "no reactor figures");
+    for r in &reactors {
+        let l = [("reactor", r.labels.get("reactor").unwrap())];
+        assert!(value(&s, "cairn_reactor_ops_total", &l) > 0.0, "{r:?}");
+        let busy = value(&s, "cairn_reactor_busy_seconds_total", &l);
+        assert!(busy > 0.0 && busy < 3600.0, "busy {busy}");
+        let (turns, batches) = (
+            value(&s, "cairn_reactor_turns_total", &l),
+            value(&s, "cairn_reactor_batches_total", &l),
+        );
+        assert!(
+            turns > 0.0 && batches >= turns,
+            "{turns} turns, {batches} batches"
+        );
+        assert!(value(&s, "cairn_reactor_queue_depth", &l) >= 1.0);
+    }
     assert!(value(&s, "cairn_tenant_stored_bytes", &[("tenant", "root")]) >= body.len() as f64);
     assert_eq!(value(&s, "cairn_raft_leader", &[]), 1.0);
     assert_eq!(value(&s, "cairn_cluster_nodes", &[("state", "up")]), 1.0);

@@ -51,6 +51,14 @@ fn drive_status(r: DriveReport) -> DriveStatus {
                 torn_batches: s.torn_batches,
             })
             .filter(|d| *d != DamageAtOpen::default()),
+        reactor: r.reactor.map(|l| cairn_adminapi::ReactorLoad {
+            reactor: l.reactor,
+            busy_ns: l.busy_ns,
+            turns: l.turns,
+            batches: l.batches,
+            ops: l.ops,
+            queue_depth: l.queue_depth,
+        }),
     }
 }
 

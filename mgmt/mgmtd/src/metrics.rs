@@ -237,7 +237,9 @@ async fn drives(app: &App, s: &mut Snapshot) {
         vec![],
         reports.is_ok() as u8 as f64,
     );
-    for d in reports.unwrap_or_default() {
+    let reports = reports.unwrap_or_default();
+    reactors(&reports, s);
+    for d in reports {
         let l = || vec![("drive", d.index.to_string())];
         s.gauge(
             "cairn_drive_info",
@@ -281,6 +283,45 @@ async fn drives(app: &App, s: &mut Snapshot) {
             d.allocated_bytes,
         );
         s.gauge("cairn_drive_chunks", "Chunks stored", l(), d.chunks as f64);
+    }
+}
+
+/// datapathd's reactors, each once (every drive it serves reports it).
+fn reactors(drives: &[cairn_adminapi::DriveStatus], s: &mut Snapshot) {
+    let mut seen = std::collections::BTreeMap::new();
+    for d in drives {
+        if let Some(l) = d.reactor {
+            seen.insert(l.reactor, l);
+        }
+    }
+    for (r, l) in seen {
+        let lab = || vec![("reactor", r.to_string())];
+        s.add_unit(
+            "cairn_reactor_busy",
+            "Time the reactor spent serving (not idle) since datapathd started; its rate is the reactor's utilisation",
+            Some(Unit::Seconds),
+            lab(),
+            Value::Counter(l.busy_ns as f64 / 1e9),
+        );
+        s.counter(
+            "cairn_reactor_turns",
+            "Reactor turns that had work (one group commit per drive each)",
+            lab(),
+            l.turns,
+        );
+        s.counter(
+            "cairn_reactor_batches",
+            "Messages served; per turn, the reactor's mean queue depth",
+            lab(),
+            l.batches,
+        );
+        s.counter("cairn_reactor_ops", "Operations served", lab(), l.ops);
+        s.gauge(
+            "cairn_reactor_queue_depth",
+            "Messages in the reactor's mailbox at the scrape",
+            lab(),
+            l.queue_depth as f64,
+        );
     }
 }
 

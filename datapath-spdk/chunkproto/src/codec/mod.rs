@@ -122,6 +122,12 @@ const TAG_SALVAGED_RECORDS: u8 = 12;
 const TAG_TORN_BATCHES: u8 = 13;
 const TAG_FORMATTED_AT_OPEN: u8 = 14;
 const TAG_DROPPED_SINCE_OPEN: u8 = 15;
+const TAG_REACTOR: u8 = 16;
+const TAG_REACTOR_BUSY_NS: u8 = 17;
+const TAG_REACTOR_TURNS: u8 = 18;
+const TAG_REACTOR_BATCHES: u8 = 19;
+const TAG_REACTOR_OPS: u8 = 20;
+const TAG_REACTOR_QUEUE_DEPTH: u8 = 21;
 /// Longest string sent in a reply (reasons, device names, identity fields).
 pub(crate) const MAX_TEXT: usize = 1024;
 

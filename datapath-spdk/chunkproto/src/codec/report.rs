@@ -3,7 +3,7 @@
 
 use super::reader::Reader;
 use super::*;
-use crate::{DriveReport, DriveSpace, DriveState, ProtoError};
+use crate::{DriveReport, DriveSpace, DriveState, ProtoError, ReactorLoad};
 use bytes::{BufMut, BytesMut};
 
 /// Writes the version-1 drive report (the body of a `DriveInfo` reply); returns
@@ -47,6 +47,7 @@ pub(super) fn read_report(r: &mut Reader) -> Result<DriveReport, ProtoError> {
         serial: None,
         firmware: None,
         space: None,
+        reactor: None,
     })
 }
 
@@ -56,7 +57,7 @@ pub(super) fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), Pr
     while !r.0.is_empty() {
         let tag = r.u8()?;
         let value = r.string()?;
-        if (TAG_BACKEND..=TAG_DROPPED_SINCE_OPEN).contains(&tag) {
+        if (TAG_BACKEND..=TAG_REACTOR_QUEUE_DEPTH).contains(&tag) {
             if seen & (1 << tag) != 0 {
                 return Err(ProtoError::Malformed("repeated drive detail field"));
             }
@@ -88,6 +89,20 @@ pub(super) fn read_details(r: &mut Reader, d: &mut DriveReport) -> Result<(), Pr
                         return Err(ProtoError::Malformed("formatted at open is not 0 or 1"))
                     }
                     _ => sp.dropped_since_open = n,
+                }
+            }
+            TAG_REACTOR..=TAG_REACTOR_QUEUE_DEPTH => {
+                let n: u64 = value
+                    .parse()
+                    .map_err(|_| ProtoError::Malformed("reactor field is not a number"))?;
+                let l = d.reactor.get_or_insert_with(ReactorLoad::default);
+                match tag {
+                    TAG_REACTOR => l.reactor = n,
+                    TAG_REACTOR_BUSY_NS => l.busy_ns = n,
+                    TAG_REACTOR_TURNS => l.turns = n,
+                    TAG_REACTOR_BATCHES => l.batches = n,
+                    TAG_REACTOR_OPS => l.ops = n,
+                    _ => l.queue_depth = n,
                 }
             }
             // A field of a later version: skipped, so it needs no new operation.

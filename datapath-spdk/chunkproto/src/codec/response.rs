@@ -114,8 +114,19 @@ pub fn encode_response_batch(
                             ]
                             .map(|(t, n)| (t, n.to_string()))
                         });
+                        let reactor = d.reactor.map(|l| {
+                            [
+                                (TAG_REACTOR, l.reactor),
+                                (TAG_REACTOR_BUSY_NS, l.busy_ns),
+                                (TAG_REACTOR_TURNS, l.turns),
+                                (TAG_REACTOR_BATCHES, l.batches),
+                                (TAG_REACTOR_OPS, l.ops),
+                                (TAG_REACTOR_QUEUE_DEPTH, l.queue_depth),
+                            ]
+                            .map(|(t, n)| (t, n.to_string()))
+                        });
                         let mut ext = BytesMut::new();
-                        for (tag, v) in space.iter().flatten() {
+                        for (tag, v) in space.iter().flatten().chain(reactor.iter().flatten()) {
                             ext.put_u8(*tag);
                             ext.put_u16_le(v.len() as u16);
                             ext.put_slice(v.as_bytes());
@@ -130,7 +141,7 @@ pub fn encode_response_batch(
                             ext.put_u16_le(v.len() as u16);
                             ext.put_slice(v.as_bytes());
                         }
-                        // At most 5 x (3 + MAX_TEXT) + 8 x 23 bytes: fits the u16 length.
+                        // At most 5 x (3 + MAX_TEXT) + 16 x 23 bytes: fits the u16 length.
                         head.put_u16_le(ext.len() as u16);
                         head.put_slice(&ext);
                         total += 2 + ext.len();

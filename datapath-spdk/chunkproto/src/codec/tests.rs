@@ -128,6 +128,7 @@ fn unknown_identity() -> DriveReport {
         serial: None,
         firmware: None,
         space: None,
+        reactor: None,
     }
 }
 
@@ -157,6 +158,14 @@ fn details() -> DriveReport {
             torn_batches: 1,
             formatted_at_open: true,
             dropped_since_open: 2,
+        }),
+        reactor: Some(crate::ReactorLoad {
+            reactor: 1,
+            busy_ns: 123_456_789_012,
+            turns: 9,
+            batches: 30,
+            ops: 1000,
+            queue_depth: 4,
         }),
     }
 }
