@@ -99,6 +99,9 @@ def main():
     ap.add_argument("--load-bucket", default="load")
     ap.add_argument("--load-threads", type=int, default=4)
     ap.add_argument("--duration", type=float, default=15.0)
+    ap.add_argument("--load-nice", type=int, default=0,
+                    help="nice value of A's client process (to stand in for clients on "
+                         "other machines; 0: as B's)")
     args = ap.parse_args()
 
     bak, bsk = args.probe_keys.split(":", 1)
@@ -117,7 +120,10 @@ def main():
          "--bucket", args.load_bucket, "--create-bucket", "--label", f"{args.label}-load",
          "--sizes", "16MiB", "--threads", str(args.load_threads),
          "--duration", str(args.duration)],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, text=True,
+        # Niced, A's client takes the cores only when the node and B leave them
+        # idle, as clients on other machines would.
+        preexec_fn=(lambda: os.nice(args.load_nice)) if args.load_nice else None)
     # Let A's threads get going before B's latencies count.
     time.sleep(3)
     measure(s3, args, args.label, "loaded", load.wait)

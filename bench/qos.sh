@@ -12,7 +12,9 @@
 # ratio, A's MB/s) to stdout and to bench-out/qos.md; raw lines in bench-out/qos.txt.
 #
 # Environment: BENCH_DIR (default /var/tmp/cairn-bench), SKIP_BUILD=1, SLOTS_ON=N
-# (the fair slots of the "on" run; default: mgmtd's own).
+# (the fair slots of the "on" run; default: mgmtd's own), LOAD_NICE=N (nice value
+# of A's client, default 0; niced, it takes the cores only when the node and B
+# leave them idle, as clients on other machines would).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=0; [ "${1:-}" = --quick ] && QUICK=1
@@ -52,7 +54,8 @@ for MODE in off on; do
   }
   A=$(keys a); B=$(keys b)
   python3 "$ROOT/bench/qos.py" --endpoint "http://127.0.0.1:$PORT" --label "$MODE" \
-    --probe-keys "$B" --load-keys "$A" --duration "$DUR" | tee -a "$RAW" >&2
+    --probe-keys "$B" --load-keys "$A" --duration "$DUR" --load-nice "${LOAD_NICE:-0}" \
+    | tee -a "$RAW" >&2
   "$BIN/nodectl" tenant show b --data "$DATA" >> "$OUT/logs/qos-node-$MODE.log" 2>&1 || true
   kill "$NP"; wait "$NP" 2>/dev/null || true
   rm -rf "$DATA"

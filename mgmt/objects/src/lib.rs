@@ -16,6 +16,7 @@
 //! rounds, protection counts) is in the admin API's own types (`cairn-adminapi`),
 //! so mgmtd serves them as they are.
 
+mod bulk;
 mod commit;
 mod fabric;
 mod gc;

@@ -294,7 +294,7 @@ impl Reader {
         self.fetch(p, stripe, &wanted, &mut frags, &mut failed)
             .await?;
         if wanted.iter().all(|&i| frags[i].is_some()) {
-            open_wanted(p, stripe, &wanted, &mut frags)?;
+            let frags = open_large(p, stripe, wanted, frags).await?;
             return Ok(slice_range(&frags, shard_len, &p.range));
         }
 
@@ -347,7 +347,7 @@ impl Reader {
             })
             .collect();
         self.repair(fixes);
-        open_wanted(p, stripe, &wanted, &mut rebuilt)?;
+        open_wanted(p.key.as_deref(), p.stripe, stripe, &wanted, &mut rebuilt)?;
         Ok(slice_range(&rebuilt, shard_len, &p.range))
     }
 
@@ -474,26 +474,47 @@ pub(crate) fn check_fragment(b: &[u8], shard_len: usize, sum: Option<u32>) -> Re
 /// Opens the wanted data fragments of a sealed extent's stripe in place (the
 /// rest, and everything rewritten by repair, stay ciphertext).
 fn open_wanted(
-    p: &Piece,
+    key: Option<&DataKey>,
+    index: usize,
     stripe: &Stripe,
     wanted: &[usize],
     frags: &mut [Option<Bytes>],
 ) -> Result<(), ObjectError> {
-    let Some(key) = &p.key else {
+    let Some(key) = key else {
         return Ok(());
     };
     for &i in wanted {
         if let Some(f) = frags[i].take() {
-            frags[i] = Some(sealing::open(
-                key,
-                p.stripe as u32,
-                i as u8,
-                f,
-                stripe.tag(i),
-            )?);
+            frags[i] = Some(sealing::open(key, index as u32, i as u8, f, stripe.tag(i))?);
         }
     }
     Ok(())
+}
+
+/// Sealed data at least this large is opened on the bulk threads (see `bulk`);
+/// a small read is opened where it is, its hand-off would cost more.
+const BULK_OPEN: usize = 256 << 10;
+
+/// [`open_wanted`], on the bulk threads when there is much to open.
+async fn open_large(
+    p: &Piece,
+    stripe: &Stripe,
+    wanted: Vec<usize>,
+    mut frags: Vec<Option<Bytes>>,
+) -> Result<Vec<Option<Bytes>>, ObjectError> {
+    let bytes: usize = wanted
+        .iter()
+        .filter_map(|&i| frags[i].as_ref().map(Bytes::len))
+        .sum();
+    if p.key.is_none() || bytes < BULK_OPEN {
+        open_wanted(p.key.as_deref(), p.stripe, stripe, &wanted, &mut frags)?;
+        return Ok(frags);
+    }
+    let (key, index, stripe) = (p.key.clone(), p.stripe, stripe.clone());
+    crate::bulk::run(move || {
+        open_wanted(key.as_deref(), index, &stripe, &wanted, &mut frags).map(|()| frags)
+    })
+    .await
 }
 
 /// Whether a failed fragment can be rewritten where it was.

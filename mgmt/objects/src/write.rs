@@ -402,44 +402,62 @@ struct StripeJob {
     durable: bool,
 }
 
+/// A stripe's fragments: `data` cut into `k` shards (the last padded), each
+/// sealed under `key` when there is one, then `m` parity shards; with each
+/// fragment's crc32c and the seals' tags.
+fn encode_stripe(
+    mut data: BytesMut,
+    k: usize,
+    m: usize,
+    codec: &cairn_erasure::Codec,
+    key: Option<&DataKey>,
+    index: u32,
+) -> Result<(Vec<Bytes>, Vec<u32>, String), ObjectError> {
+    let shard_len = data.len().div_ceil(k).max(1);
+    let mut frags: Vec<Bytes> = Vec::with_capacity(k + m);
+    let mut tags = String::new();
+    for i in 0..k {
+        let mut frag = if data.len() >= shard_len {
+            data.split_to(shard_len)
+        } else {
+            // Only the tail of the last stripe is padded (and so copied).
+            let mut v = BytesMut::zeroed(shard_len);
+            v[..data.len()].copy_from_slice(&data);
+            data.clear();
+            v
+        };
+        // Sealed in place, before parity: parity, repair and the drives only
+        // ever see ciphertext.
+        if let Some(key) = key {
+            sealing::seal(key, index, i as u8, &mut frag, &mut tags);
+        }
+        frags.push(frag.freeze());
+    }
+    if m > 0 {
+        let mut parity = vec![vec![0u8; shard_len]; m];
+        {
+            let data_refs: Vec<&[u8]> = frags.iter().map(|b| &b[..]).collect();
+            let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+            codec.encode(&data_refs, &mut parity_refs)?;
+        }
+        frags.extend(parity.into_iter().map(Bytes::from));
+    }
+    // What the encoder made, fragment by fragment: reads, repair and the
+    // scrubber check every fragment against these, end to end.
+    let sums: Vec<u32> = frags.iter().map(|f| crc32c::crc32c(f)).collect();
+    Ok((frags, sums, tags))
+}
+
 impl StripeJob {
-    async fn run(self, mut data: BytesMut) -> Result<Stripe, ObjectError> {
-        let (k, m) = (self.k as usize, self.m as usize);
+    async fn run(self, data: BytesMut) -> Result<Stripe, ObjectError> {
         let len = data.len();
-        let shard_len = len.div_ceil(k).max(1);
         let codec = self.codecs.get(self.k, self.m)?;
-        let mut frags: Vec<Bytes> = Vec::with_capacity(k + m);
-        let mut tags = String::new();
-        for i in 0..k {
-            let mut frag = if data.len() >= shard_len {
-                data.split_to(shard_len)
-            } else {
-                // Only the tail of the last stripe is padded (and so copied).
-                let mut v = BytesMut::zeroed(shard_len);
-                v[..data.len()].copy_from_slice(&data);
-                data.clear();
-                v
-            };
-            // Sealed in place, before parity: parity, repair and the drives only
-            // ever see ciphertext.
-            if let Some((key, _)) = &self.key {
-                sealing::seal(key, self.index, i as u8, &mut frag, &mut tags);
-            }
-            frags.push(frag.freeze());
-        }
-        if m > 0 {
-            let mut parity = vec![vec![0u8; shard_len]; m];
-            {
-                let data_refs: Vec<&[u8]> = frags.iter().map(|b| &b[..]).collect();
-                let mut parity_refs: Vec<&mut [u8]> =
-                    parity.iter_mut().map(|p| &mut p[..]).collect();
-                codec.encode(&data_refs, &mut parity_refs)?;
-            }
-            frags.extend(parity.into_iter().map(Bytes::from));
-        }
-        // What the encoder made, fragment by fragment: reads, repair and the
-        // scrubber check every fragment against these, end to end.
-        let sums: Vec<u32> = frags.iter().map(|f| crc32c::crc32c(f)).collect();
+        let (k, m, index) = (self.k as usize, self.m as usize, self.index);
+        let key = self.key.as_ref().map(|(key, _)| key.clone());
+        // Sealing, coding and checksums: on the bulk threads (see `bulk`).
+        let (frags, sums, tags) =
+            crate::bulk::run(move || encode_stripe(data, k, m, &codec, key.as_deref(), index))
+                .await?;
         let mut targets = Vec::new();
         let mut ops = Vec::new();
         for (f, payload) in frags.into_iter().enumerate() {

@@ -153,6 +153,20 @@ fn never_written(path: &Path) -> io::Result<bool> {
     }
 }
 
+/// Lowers the calling thread's CPU priority to `nice` (0 to 19; higher yields
+/// more): under contention the scheduler gives it a smaller share, idle cores
+/// it still uses in full. On Linux, `setpriority(PRIO_PROCESS, 0, ..)` applies
+/// to the calling thread only (each thread is its own task), which is what a
+/// pool of bulk-work threads wants.
+pub fn lower_thread_priority(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
