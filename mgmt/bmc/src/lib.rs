@@ -210,6 +210,9 @@ pub struct Link {
     session: Mutex<Option<Rmcp>>,
     /// One request at a time (see the crate's documentation).
     turn: Arc<tokio::sync::Semaphore>,
+    /// One walk of the sensors at a time: two would cancel each other's SDR
+    /// reservation, and queue ahead of a power request.
+    walk: tokio::sync::Mutex<()>,
 }
 
 impl Link {
@@ -218,6 +221,7 @@ impl Link {
             target,
             session: Mutex::new(None),
             turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            walk: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -235,7 +239,9 @@ impl Link {
 
     /// The BMC's threshold sensors and their readings (see [`sensors`]).
     pub async fn sensors(self: &Arc<Self>) -> Result<Vec<cairn_adminapi::SensorView>, BmcError> {
-        sensors::read(&self.target.address, |n, c, d, w| self.request(n, c, d, w)).await
+        let addr = &self.target.address;
+        let _walk = sensors::one_walk(&self.walk, addr).await?;
+        sensors::read(addr, |n, c, d, w| self.request(n, c, d, w)).await
     }
 
     pub async fn power(self: &Arc<Self>, action: PowerAction) -> Result<(), BmcError> {

@@ -18,6 +18,8 @@ const LOCAL_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct LocalBmc {
     path: PathBuf,
     dev: Mutex<ipmi_rs::File>,
+    /// One walk of the sensors at a time (see `Link`).
+    walk: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for LocalBmc {
@@ -40,6 +42,7 @@ impl LocalBmc {
         Ok(LocalBmc {
             path: path.to_path_buf(),
             dev: Mutex::new(dev),
+            walk: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -104,7 +107,9 @@ impl LocalBmc {
 
     /// The BMC's threshold sensors and their readings.
     pub async fn sensors(self: &Arc<Self>) -> Result<Vec<cairn_adminapi::SensorView>, BmcError> {
-        crate::sensors::read(&self.name(), |n, c, d, w| self.request(n, c, d, w)).await
+        let name = self.name();
+        let _walk = crate::sensors::one_walk(&self.walk, &name).await?;
+        crate::sensors::read(&name, |n, c, d, w| self.request(n, c, d, w)).await
     }
 
     /// Arms the watchdog: a hard reset unless [`kick`](Self::kick)ed within

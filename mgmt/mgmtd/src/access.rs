@@ -127,8 +127,8 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
     let principal = match authenticate(&app, req.headers(), !action.mutates(), cert) {
         Ok(p) => p,
         Err(f) => {
-            if action.mutates() {
-                tracing::warn!(target: "cairn_audit", action = %action.name(), %path, "admin call refused: not authenticated");
+            if action.mutates() && app.refusals().log_now("unauthenticated", action) {
+                tracing::warn!(target: "cairn_audit", action = %action.name(), path = %cut(&path), "admin call refused: not authenticated (once a minute per action)");
             }
             let mut resp = f.into_response();
             if !action.mutates() {
@@ -171,9 +171,12 @@ pub(crate) async fn guard(State(app): State<App>, mut req: Request, next: Next) 
     };
     if action.mutates() {
         crate::audit::record(&app, &principal, action, path, resp.status().as_u16());
-    } else if resp.status() == axum::http::StatusCode::FORBIDDEN {
-        // A refused read goes to the log (not the table: reads never do).
-        tracing::warn!(target: "cairn_audit", who = %principal.who, action = %action.name(), %path, "admin read refused");
+    } else if resp.status() == axum::http::StatusCode::FORBIDDEN
+        && app.refusals().log_now(&principal.who, action)
+    {
+        // A refused read goes to the log (not the table: reads never do), once
+        // a minute per caller and action.
+        tracing::warn!(target: "cairn_audit", who = %principal.who, action = %action.name(), path = %cut(&path), "admin read refused (once a minute per caller and action)");
     }
     resp
 }
@@ -438,4 +441,13 @@ pub(crate) async fn audit_list(
     let store = crate::tenants::current(&app).await?;
     let limit = q.limit.unwrap_or(100).min(AUDIT_KEEP as usize);
     Ok(Json(store.meta().audit(limit)?))
+}
+
+/// A path as logged: at most 256 characters (a path may be as long as a request
+/// line allows, and the log is not the place for it all).
+fn cut(path: &str) -> &str {
+    match path.char_indices().nth(256) {
+        Some((i, _)) => &path[..i],
+        None => path,
+    }
 }

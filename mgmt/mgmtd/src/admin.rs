@@ -214,7 +214,12 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
         throughput: Default::default(),
         refusals: Default::default(),
     };
-    let sweeper = tokio::spawn(crate::audit::sweep(state.clone()));
+    // The audit's folded failures: swept every quarter minute, and all of them
+    // once the listeners have drained.
+    let (sweep_stop, swept) = tokio::sync::oneshot::channel::<()>();
+    let sweeper = tokio::spawn(crate::audit::sweep(state.clone(), async move {
+        let _ = swept.await;
+    }));
     // The status page's chart: sampled whether or not anyone looks.
     let sampler = tokio::spawn({
         let (t, m) = (state.throughput.clone(), state.metrics.clone());
@@ -317,7 +322,8 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
     )
     .await;
     sampler.abort();
-    sweeper.abort();
+    let _ = sweep_stop.send(());
+    let _ = sweeper.await;
     if let Some(t) = tls_task {
         let _ = t.await;
     }

@@ -1,12 +1,17 @@
 //! The audit trail of mutating admin calls: a log line for each, and an entry in
 //! the cluster's bounded audit table (the newest `AUDIT_KEEP`, replicated).
 //!
-//! Refusals are folded. A caller refused an action gets one table entry for it
-//! per minute; further refusals of the same caller and action within that minute
-//! only count, and the count is kept with the entry that closes the minute
-//! (`repeated`). Without this, any reader could push the admins' own entries out
-//! of the table by sending 10,000 refused calls (an outside attack did it in
-//! about 3 s), and each would cost a Raft round. Allowed calls are never folded.
+//! Failures are folded. A caller refused an action, or whose call of it failed
+//! (a bad body, a missing object: any answer of 400 and up), gets one table
+//! entry for it per minute; further failures of the same caller and action
+//! within that minute only count, and the count is kept with the entry that
+//! closes the minute (`repeated`). Without this, any reader could push the
+//! admins' own entries out of the table by sending 10,000 refused calls (an
+//! outside attack did it in about 3 s; a second one did it with 10,400 bad
+//! bodies under a tenant's operator token), and each would cost a Raft round.
+//! Calls that changed something are never folded. The log is folded the same
+//! way for what never reaches the table (unauthenticated calls, refused reads):
+//! one line per caller and action per minute.
 
 use crate::access::Principal;
 use crate::admin::App;
@@ -19,9 +24,17 @@ use std::time::{Duration, Instant};
 /// One table entry per caller and refused action per this long.
 pub(crate) const FOLD: Duration = Duration::from_secs(60);
 
-/// The refusals folded so far, per caller and action, on this node.
+/// The failures folded so far, per caller and action, on this node; and when
+/// each (caller, action) last had a log line.
 #[derive(Debug, Default)]
-pub(crate) struct Refusals(Mutex<HashMap<(String, Action), Folded>>);
+pub(crate) struct Refusals(
+    Mutex<HashMap<(String, Action), Folded>>,
+    Mutex<HashMap<(String, Action), Instant>>,
+);
+
+/// Callers remembered for the log's folding before the memory is cleared (a
+/// flood of distinct names must not grow it without bound).
+const LOGGED_MAX: usize = 10_000;
 
 #[derive(Debug)]
 struct Folded {
@@ -33,6 +46,23 @@ struct Folded {
 }
 
 impl Refusals {
+    /// Whether this (caller, action) may have a log line now: the first each minute.
+    pub(crate) fn log_now(&self, who: &str, action: Action) -> bool {
+        let mut m = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        if m.len() >= LOGGED_MAX {
+            m.retain(|_, at| at.elapsed() < FOLD);
+        }
+        match m.get(&(who.to_string(), action)) {
+            Some(at) if at.elapsed() < FOLD => false,
+            _ => {
+                if m.len() < LOGGED_MAX {
+                    m.insert((who.to_string(), action), Instant::now());
+                }
+                true
+            }
+        }
+    }
+
     /// What to record for this refusal now: itself (first in its minute), with
     /// the minute before it folded in when there was one; or nothing (counted).
     fn admit(&self, entry: AuditEntry) -> Vec<AuditEntry> {
@@ -65,13 +95,13 @@ impl Refusals {
         }
     }
 
-    /// The entries of minutes that have ended (their callers went quiet), and
-    /// forgets those callers.
-    fn sweep(&self) -> Vec<AuditEntry> {
+    /// The entries of minutes that have ended (their callers went quiet), or of
+    /// all of them when `all` (at a stop), and forgets those callers.
+    fn sweep(&self, all: bool) -> Vec<AuditEntry> {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
         map.retain(|_, f| {
-            if f.since.elapsed() < FOLD {
+            if !all && f.since.elapsed() < FOLD {
                 return true;
             }
             out.extend(close(f));
@@ -98,12 +128,13 @@ pub(crate) fn record(app: &App, p: &Principal, action: Action, path: String, sta
         who: p.who.clone(),
         role: p.role,
         action,
-        path,
+        // As much of the path as says what was named (see `access::cut`).
+        path: path.chars().take(256).collect(),
         status,
         node: crate::cluster::id_hex(app.cluster().id()),
         repeated: 0,
     };
-    let entries = if status == 403 {
+    let entries = if status >= 400 {
         let out = app.refusals().admit(entry.clone());
         if out.is_empty() {
             tracing::debug!(target: "cairn_audit", who = %p.who, action = %action.name(), path = %entry.path, "admin call refused again (folded)");
@@ -126,12 +157,30 @@ pub(crate) fn record(app: &App, p: &Principal, action: Action, path: String, sta
     write(app, entries);
 }
 
-/// Every minute, records the folded refusals of callers that went quiet.
-pub(crate) async fn sweep(app: App) {
+/// Every quarter minute, records the folded failures of callers that went
+/// quiet; at `stop`, all of them (a restart must not lose their count).
+pub(crate) async fn sweep(app: App, stop: impl std::future::Future<Output = ()>) {
     let mut tick = tokio::time::interval(FOLD / 4);
+    tokio::pin!(stop);
     loop {
-        tick.tick().await;
-        write(&app, app.refusals().sweep());
+        tokio::select! {
+            _ = tick.tick() => write(&app, app.refusals().sweep(false)),
+            _ = &mut stop => break,
+        }
+    }
+    let last = app.refusals().sweep(true);
+    let Ok(store) = app.store() else { return };
+    let record = async {
+        for entry in last {
+            let _ = store.change_admin(AdminChange::Audit { entry }).await;
+        }
+    };
+    // Bounded: a stop must not wait on a cluster that has lost its quorum.
+    if tokio::time::timeout(std::time::Duration::from_secs(3), record)
+        .await
+        .is_err()
+    {
+        tracing::warn!(target: "cairn_audit", "folded audit entries not all recorded at stop");
     }
 }
 
@@ -188,12 +237,12 @@ mod tests {
         // Another caller, or another action, is its own minute.
         assert_eq!(r.admit(refused("y", a, 1)).len(), 1);
         assert_eq!(r.admit(refused("x", Action::AdminTokenRevoke, 1)).len(), 1);
-        assert!(r.sweep().is_empty(), "the minute has not ended");
+        assert!(r.sweep(false).is_empty(), "the minute has not ended");
         // The minute ends: the newest of the 99 folded stands for them all.
         for f in r.0.lock().unwrap().values_mut() {
             f.since -= FOLD;
         }
-        let swept = r.sweep();
+        let swept = r.sweep(false);
         assert_eq!(swept.len(), 1, "{swept:?}");
         assert_eq!((swept[0].at_ms, swept[0].repeated), (100, 98));
         assert!(r.0.lock().unwrap().is_empty(), "quiet callers forgotten");

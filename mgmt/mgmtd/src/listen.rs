@@ -5,19 +5,29 @@
 //! opens connections and never finishes a request holds a file descriptor each
 //! for as long as it likes; enough of them exhaust the process's descriptors and
 //! S3 stops accepting too. Here a request's headers must arrive within
-//! [`HEADER_READ`] (as on the S3 port), and at most [`MAX_CONNECTIONS`] are open
-//! per listener: past that a new connection is closed at once, so the admin port
-//! can never take the descriptors the data ports need.
+//! [`HEADER_READ`] (as on the S3 port), a connection on which nothing moves
+//! for [`IDLE`] with no request in hand is closed (hyper's header limit starts
+//! only at a request's first byte: a client that connects and sends nothing, or
+//! only an HTTP/2 preface, would hold its connection for good), and at most
+//! [`MAX_CONNECTIONS`] are open per listener: past that a new connection is
+//! closed at once, so the admin port can never take the descriptors the data
+//! ports need.
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A client that has not sent a whole request head by then is dropped.
 pub(crate) const HEADER_READ: Duration = Duration::from_secs(30);
+/// A connection with no request in hand on which no byte moved for this long
+/// is closed (a long request, a `join` that waits, is never cut).
+pub(crate) const IDLE: Duration = Duration::from_secs(30);
 /// Open connections per admin listener (the API is an operator's, not a
 /// workload's: a few dozen is already a lot).
 pub(crate) const MAX_CONNECTIONS: usize = 256;
@@ -82,10 +92,30 @@ pub(crate) async fn serve<H, Fut>(
             let Some((stream, router)) = accepted.await else {
                 return;
             };
+            let activity = Arc::new(Activity::default());
+            let busy = activity.clone();
+            let router = router.layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    let busy = busy.clone();
+                    async move {
+                        let _in_hand = busy.begin();
+                        next.run(req).await
+                    }
+                },
+            ));
+            let stream = Noted {
+                inner: stream,
+                activity: activity.clone(),
+            };
             let svc = hyper_util::service::TowerToHyperService::new(router);
             let c = conn.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            if let Err(e) = watcher.watch(c.into_owned()).await {
-                tracing::debug!(%peer, "{name} connection: {e}");
+            tokio::select! {
+                r = watcher.watch(c.into_owned()) => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, "{name} connection: {e}");
+                    }
+                }
+                _ = activity.idle() => tracing::debug!(%peer, "{name}: idle connection closed"),
             }
         });
     }
@@ -95,5 +125,102 @@ pub(crate) async fn serve<H, Fut>(
         .is_err()
     {
         tracing::warn!("{name}: connections still open after {DRAIN:?}");
+    }
+}
+
+/// What a connection is doing: when a byte last moved, and how many requests
+/// are in hand.
+#[derive(Debug)]
+struct Activity {
+    born: std::time::Instant,
+    /// Milliseconds since `born` of the last byte read or written.
+    last: AtomicU64,
+    in_hand: AtomicUsize,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            born: std::time::Instant::now(),
+            last: AtomicU64::new(0),
+            in_hand: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A request in hand, until dropped (also when its future is).
+struct InHand(Arc<Activity>);
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        self.0.in_hand.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+impl Activity {
+    fn touch(&self) {
+        let now = self.born.elapsed().as_millis() as u64;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    fn begin(self: &Arc<Self>) -> InHand {
+        self.in_hand.fetch_add(1, Ordering::Relaxed);
+        InHand(self.clone())
+    }
+
+    /// Returns once the connection has been idle for [`IDLE`].
+    async fn idle(&self) {
+        loop {
+            tokio::time::sleep(IDLE / 6).await;
+            let now = self.born.elapsed().as_millis() as u64;
+            let quiet = now.saturating_sub(self.last.load(Ordering::Relaxed));
+            if self.in_hand.load(Ordering::Relaxed) == 0 && quiet >= IDLE.as_millis() as u64 {
+                return;
+            }
+        }
+    }
+}
+
+/// A stream that notes in its [`Activity`] each time bytes move.
+struct Noted<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Noted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Noted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -124,7 +124,17 @@ pub(crate) async fn watch(
             _ = &mut stop => return,
             _ = tick.tick() => {}
         }
-        let Some((source, sensors)) = read_own(&node).await else {
+        // A panic while reading (a BMC's bytes meeting a bug) is a failed
+        // reading, never the end of the watch.
+        let n = node.clone();
+        let read = tokio::spawn(async move { read_own(&n).await });
+        let read = read.await.unwrap_or_else(|_| {
+            Some((
+                "the BMC".to_string(),
+                Err("reading the sensors failed (a panic; see the log)".to_string()),
+            ))
+        });
+        let Some((source, sensors)) = read else {
             // No BMC (any more): nothing to say of the hardware.
             *node
                 .sensors

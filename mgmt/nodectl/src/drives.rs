@@ -111,6 +111,7 @@ mod tests {
             free_segments: None,
             reserve_segments: None,
             damage_at_open: None,
+            reactor: None,
         }
     }
 

@@ -59,7 +59,7 @@ struct Args {
     /// How often, in seconds, the node reads its BMC's sensors (in-band with
     /// --bmc-device, else through its BMC set with `nodectl node bmc set`); a
     /// sensor past a threshold is an alert in status, the page and /metrics.
-    #[arg(long, env = "CAIRN_SENSOR_EVERY", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "CAIRN_SENSOR_EVERY", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     sensor_every: u64,
     /// RESP connections served at once; one more is answered "-ERR max number of
     /// clients reached" and closed (Redis's maxclients).
