@@ -23,6 +23,7 @@
 //! not come is reported as of unknown outcome.
 
 mod local;
+mod probe;
 mod sensors;
 
 pub use local::LocalBmc;
@@ -69,6 +70,11 @@ pub enum BmcError {
         what: &'static str,
         secs: u64,
     },
+    #[error(
+        "BMC at {addr} does not offer IPMI v2.0 (RMCP+) sessions: Cairn sends no password to it \
+         (IPMI v1.5 would carry it in clear or not check it); enable IPMI v2.0 on the BMC"
+    )]
+    Insecure { addr: String },
     #[error("BMC at {addr} is busy with another request; {what} was not sent (try again)")]
     Busy { addr: String, what: &'static str },
     #[error("BMC at {addr} took too long to open a session; {what} was not sent")]
@@ -347,6 +353,7 @@ impl Link {
     /// control needs).
     fn open(&self) -> Result<Rmcp, BmcError> {
         let addr = self.target.address.clone();
+        probe::require_rmcp_plus(&addr, EXCHANGE)?;
         let mut rmcp = Rmcp::new(addr.as_str(), EXCHANGE).map_err(|e| BmcError::Unreachable {
             addr: addr.clone(),
             why: e.to_string(),

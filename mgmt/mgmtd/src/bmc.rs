@@ -53,7 +53,9 @@ pub(crate) fn bmc_failure(e: cairn_bmc::BmcError) -> Failure {
     use cairn_bmc::BmcError as E;
     let kind = match e {
         E::Address(_) => ErrorKind::Invalid,
-        E::Auth { .. } | E::Refused { .. } | E::Garbage { .. } => ErrorKind::Conflict,
+        E::Auth { .. } | E::Refused { .. } | E::Garbage { .. } | E::Insecure { .. } => {
+            ErrorKind::Conflict
+        }
         E::Unreachable { .. }
         | E::TimedOut { .. }
         | E::Busy { .. }
