@@ -324,6 +324,9 @@ pub struct AuditEntry {
     /// out of the bounded table). Zero for every allowed call.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub repeated: u32,
+    /// The tenant the caller's token is limited to (its name), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

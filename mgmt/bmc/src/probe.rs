@@ -3,14 +3,13 @@
 //! ipmi-rs 0.6 falls back to IPMI v1.5 on its own when a BMC does not claim
 //! v2.0, and v1.5's "straight password" authentication sends the password in
 //! clear (an outside attack's fake BMC collected it this way), while v1.5 with
-//! no authentication accepts any password. Cairn speaks RMCP+ only: this asks
-//! the BMC first, in the clear and with no credential (Get Channel
+//! no authentication accepts any password. Cairn speaks RMCP+ only. The guard
+//! is the patched ipmi-rs (`mgmt/vendor/ipmi-rs`), which refuses rather than
+//! falls back, even for a host that answers v2.0 to one question and v1.5 to the
+//! next. This probe comes first so that a v1.5-only BMC gets an error that says
+//! what is wrong: it asks in the clear and with no credential (Get Channel
 //! Authentication Capabilities, outside a session, IPMI 2.0 22.13, as
-//! `ipmitool -I lanplus` does), and refuses a BMC that does not offer v2.0.
-//!
-//! What it cannot stop: a host that answers this question "v2.0" and ipmi-rs's
-//! own, asked a moment later, "v1.5 only". That needs a v2.0-only switch in
-//! ipmi-rs.
+//! `ipmitool -I lanplus` does).
 
 use crate::BmcError;
 use std::net::{ToSocketAddrs, UdpSocket};

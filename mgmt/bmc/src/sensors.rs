@@ -73,10 +73,22 @@ where
             .map(|c| if c.is_control() { '?' } else { c })
             .collect();
     }
+    // Names are what series and alerts are known by: each must be unique. A
+    // shared name gets the sensor number; a clash left over after that (two
+    // records of one number, a real sensor already named so) a count.
     let names: Vec<String> = sensors.iter().map(|s| s.name.clone()).collect();
     for s in sensors.iter_mut() {
         if names.iter().filter(|n| **n == s.name).count() > 1 {
             s.name = format!("{} #{}", s.name, s.number);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for s in sensors.iter_mut() {
+        let mut k = 2;
+        let base = s.name.clone();
+        while !seen.insert(s.name.clone()) {
+            s.name = format!("{base} ({k})");
+            k += 1;
         }
     }
     Ok(sensors)
@@ -159,9 +171,17 @@ where
     ))
 }
 
-/// ipmi-rs's parse of a record; none when it fails or panics (ipmi-rs 0.6
-/// indexes past the end of some short records).
+/// ipmi-rs's parse of a full sensor record (type 1, the only kind read here);
+/// none for other types, for a record too short to hold its fields and id
+/// string (ipmi-rs 0.6 indexes past the end of such records), and, as a last
+/// guard, when the parse fails or panics anyway.
 fn parse(raw: &[u8]) -> Option<Record> {
+    // The id string's type/length byte is the record's 48th; the string follows.
+    let whole =
+        raw.get(3) == Some(&0x01) && raw.len() >= 48 && raw.len() >= 48 + (raw[47] & 0x1f) as usize;
+    if !whole {
+        return None;
+    }
     std::panic::catch_unwind(|| Record::parse(raw).ok())
         .ok()
         .flatten()
@@ -385,6 +405,10 @@ mod tests {
         let mut short = CPU_TEMP[..47].to_vec();
         short[4] = 42;
         assert!(parse(&short).is_none());
+        // An id string longer than the record.
+        let mut long_id = CPU_TEMP.to_vec();
+        long_id[47] = 0xcf;
+        assert!(parse(&long_id).is_none());
         for len in [15usize, 17] {
             let mut r = CPU_TEMP[..5 + len].to_vec();
             r[4] = len as u8;

@@ -171,7 +171,8 @@ async fn a_slow_download_outlives_an_overwrite_and_a_delete() {
 }
 
 /// Half-sent requests and silent connections on the admin port (slowloris): past
-/// 256 open connections a new one is closed at once, S3 serves throughout, and
+/// 32 open connections from one client, or 256 in all, a new one is closed at
+/// once, S3 serves throughout, and
 /// each half-sent request is dropped once its headers have taken 30 s, each
 /// silent connection once it has been idle for 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,10 +181,26 @@ async fn half_sent_admin_requests_are_bounded() {
     let node = Node::start(NodeOptions::default());
     let c = node.client();
     c.create_bucket().bucket("loris").send().await.unwrap();
+    let admin: std::net::SocketAddr = node.admin_addr.parse().unwrap();
+    // A connection from 127.0.0.N (any loopback address is this machine's).
+    let from = |n: u8| async move {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(std::net::SocketAddr::from(([127, 0, 0, n], 0)))
+            .unwrap();
+        s.connect(admin).await.unwrap()
+    };
+    let closed_at_once = |mut s: TcpStream| async move {
+        let mut b = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
+            .await
+            .expect("a connection past the limit is closed at once");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    };
     let t = Instant::now();
     let mut held = Vec::new();
+    // One client holds at most 32: the 33rd from it is closed at once.
     for i in 0..256 {
-        let mut s = TcpStream::connect(&node.admin_addr).await.unwrap();
+        let mut s = from(1 + (i / 32) as u8).await;
         if i % 2 == 0 {
             s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")
                 .await
@@ -191,14 +208,12 @@ async fn half_sent_admin_requests_are_bounded() {
         }
         held.push(s);
     }
-    // The server takes each of those before this one (accepts are in order).
+    // The server takes each of those before these (accepts are in order).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut extra = TcpStream::connect(&node.admin_addr).await.unwrap();
+    closed_at_once(from(1).await).await;
+    // 8 clients of 32 fill the listener's 256: a ninth client is refused too.
+    closed_at_once(from(9).await).await;
     let mut b = [0u8; 64];
-    let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut b))
-        .await
-        .expect("a connection past the limit is closed at once");
-    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
     // S3 is untouched.
     cairn_it::put_bytes(&c, "loris", "k", b"still serving")
         .await

@@ -1,6 +1,10 @@
 //! The admin API's own records, replicated like every other: admin tokens (by
-//! id, holding only the SHA-256 of their secret) and the audit table, the last
-//! [`AUDIT_KEEP`] mutating calls served by any node.
+//! id, holding only the SHA-256 of their secret) and the audit, the last
+//! [`AUDIT_KEEP`] mutating calls served by any node in each of three tables:
+//! the cluster's administrators', the other cluster roles', and tenants'
+//! tokens'. Kept apart so that no caller can push a more trusted one's entries
+//! out: a tenant's operator looping through real changes (each audited, none
+//! folded) fills only the tenants' table.
 
 use crate::{MetaError, MetaStore};
 use cairn_adminapi::{AuditEntry, Role};
@@ -8,7 +12,21 @@ use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 pub(crate) const ADMIN_TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("admin_tokens");
+/// Audit entries of cluster administrators (role admin, no tenant).
 pub(crate) const AUDIT: TableDefinition<u64, &[u8]> = TableDefinition::new("audit");
+/// Audit entries of the other cluster roles (operator, reader).
+pub(crate) const AUDIT_STAFF: TableDefinition<u64, &[u8]> = TableDefinition::new("audit_staff");
+/// Audit entries of tokens limited to a tenant.
+pub(crate) const AUDIT_TENANTS: TableDefinition<u64, &[u8]> = TableDefinition::new("audit_tenants");
+
+/// The table an entry belongs in.
+fn audit_table(e: &AuditEntry) -> TableDefinition<'static, u64, &'static [u8]> {
+    match (&e.tenant, e.role) {
+        (Some(_), _) => AUDIT_TENANTS,
+        (None, Role::Admin) => AUDIT,
+        (None, _) => AUDIT_STAFF,
+    }
+}
 /// Admin client certificates (mutual TLS), by certificate SHA-256 (hex).
 pub(crate) const ADMIN_CERTS: TableDefinition<&str, &[u8]> = TableDefinition::new("admin_certs");
 /// SSH console keys added through the admin API, by id.
@@ -16,7 +34,7 @@ pub(crate) const SSH_KEYS: TableDefinition<&str, &[u8]> = TableDefinition::new("
 /// Each node's BMC, by node id.
 pub(crate) const BMCS: TableDefinition<u64, &[u8]> = TableDefinition::new("bmcs");
 
-/// Audit entries kept; the oldest go first.
+/// Audit entries kept per table; the oldest go first.
 pub const AUDIT_KEEP: u64 = 10_000;
 
 /// An admin token as the cluster keeps it.
@@ -137,7 +155,7 @@ pub(crate) fn apply(tx: &redb::WriteTransaction, c: &AdminChange) -> Result<(), 
             }
         }
         AdminChange::Audit { entry } => {
-            let mut t = tx.open_table(AUDIT)?;
+            let mut t = tx.open_table(audit_table(entry))?;
             let next = t.last()?.map_or(0, |(k, _)| k.value() + 1);
             t.insert(next, serde_json::to_vec(entry)?.as_slice())?;
             while t.len()? > AUDIT_KEEP {
@@ -283,19 +301,99 @@ impl MetaStore {
             .map(|(_, r)| r))
     }
 
-    /// The newest `limit` audit entries, oldest first.
+    /// The newest `limit` audit entries of all three tables, oldest first.
     pub fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, MetaError> {
         let tx = self.db.begin_read()?;
-        let t = match tx.open_table(AUDIT) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(e.into()),
-        };
-        let mut out = Vec::new();
-        for e in t.iter()?.rev().take(limit) {
-            out.push(serde_json::from_slice(e?.1.value())?);
+        let mut out: Vec<AuditEntry> = Vec::new();
+        for table in [AUDIT, AUDIT_STAFF, AUDIT_TENANTS] {
+            let t = match tx.open_table(table) {
+                Ok(t) => t,
+                Err(redb::TableError::TableDoesNotExist(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for e in t.iter()?.rev().take(limit) {
+                out.push(serde_json::from_slice(e?.1.value())?);
+            }
         }
-        out.reverse();
-        Ok(out)
+        // Each table is in order; merged by time (stable: a table's order
+        // stands for entries of the same millisecond).
+        out.sort_by_key(|e| e.at_ms);
+        let skip = out.len().saturating_sub(limit);
+        Ok(out.split_off(skip))
+    }
+}
+
+/// The admin tables in a Raft snapshot: tokens, the audit, BMCs, SSH keys and
+/// admin certificates (a node restored from a snapshot must know them as one
+/// that applied the log does).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct AdminDump {
+    tokens: Vec<(String, Vec<u8>)>,
+    audit: Vec<(u64, Vec<u8>)>,
+    #[serde(default)]
+    audit_staff: Vec<(u64, Vec<u8>)>,
+    #[serde(default)]
+    audit_tenants: Vec<(u64, Vec<u8>)>,
+    bmcs: Vec<(u64, Vec<u8>)>,
+    ssh_keys: Vec<(String, Vec<u8>)>,
+    certs: Vec<(String, Vec<u8>)>,
+}
+
+impl AdminDump {
+    pub(crate) fn export(tx: &redb::ReadTransaction) -> Result<AdminDump, MetaError> {
+        let by_name =
+            |t: TableDefinition<&str, &[u8]>| -> Result<Vec<(String, Vec<u8>)>, MetaError> {
+                let mut out = Vec::new();
+                for e in tx.open_table(t)?.iter()? {
+                    let (k, v) = e?;
+                    out.push((k.value().to_string(), v.value().to_vec()));
+                }
+                Ok(out)
+            };
+        let by_number = |t: TableDefinition<u64, &[u8]>| -> Result<Vec<(u64, Vec<u8>)>, MetaError> {
+            let mut out = Vec::new();
+            for e in tx.open_table(t)?.iter()? {
+                let (k, v) = e?;
+                out.push((k.value(), v.value().to_vec()));
+            }
+            Ok(out)
+        };
+        Ok(AdminDump {
+            tokens: by_name(ADMIN_TOKENS)?,
+            audit: by_number(AUDIT)?,
+            audit_staff: by_number(AUDIT_STAFF)?,
+            audit_tenants: by_number(AUDIT_TENANTS)?,
+            bmcs: by_number(BMCS)?,
+            ssh_keys: by_name(SSH_KEYS)?,
+            certs: by_name(ADMIN_CERTS)?,
+        })
+    }
+
+    /// Replaces the admin tables with this dump's, inside `tx`.
+    pub(crate) fn import(&self, tx: &redb::WriteTransaction) -> Result<(), MetaError> {
+        for (t, rows) in [
+            (ADMIN_TOKENS, &self.tokens),
+            (SSH_KEYS, &self.ssh_keys),
+            (ADMIN_CERTS, &self.certs),
+        ] {
+            tx.delete_table(t)?;
+            let mut t = tx.open_table(t)?;
+            for (k, v) in rows {
+                t.insert(k.as_str(), v.as_slice())?;
+            }
+        }
+        for (t, rows) in [
+            (AUDIT, &self.audit),
+            (AUDIT_STAFF, &self.audit_staff),
+            (AUDIT_TENANTS, &self.audit_tenants),
+            (BMCS, &self.bmcs),
+        ] {
+            tx.delete_table(t)?;
+            let mut t = tx.open_table(t)?;
+            for (k, v) in rows {
+                t.insert(*k, v.as_slice())?;
+            }
+        }
+        Ok(())
     }
 }

@@ -365,6 +365,11 @@ struct Dump {
     /// Tenants, users and access keys.
     #[serde(default)]
     identity: identity::IdentityDump,
+    /// Admin tokens, the audit, BMCs, SSH keys, admin certificates. None in a
+    /// snapshot from a version that did not carry them: then the tables are
+    /// left as they are rather than emptied.
+    #[serde(default)]
+    admin: Option<admin::AdminDump>,
 }
 
 struct Job {
@@ -436,6 +441,8 @@ impl MetaStore {
             tx.open_table(usage::TENANT_USAGE)?;
             tx.open_table(admin::ADMIN_TOKENS)?;
             tx.open_table(admin::AUDIT)?;
+            tx.open_table(admin::AUDIT_STAFF)?;
+            tx.open_table(admin::AUDIT_TENANTS)?;
             tx.open_table(admin::BMCS)?;
             tx.open_table(admin::SSH_KEYS)?;
             tx.open_table(admin::ADMIN_CERTS)?;
@@ -552,6 +559,7 @@ impl MetaStore {
                 .push((k.value().to_vec(), order, outcome.to_vec()));
         }
         dump.identity = identity::IdentityDump::export(&tx)?;
+        dump.admin = Some(admin::AdminDump::export(&tx)?);
         let bytes = serde_json::to_vec(&dump)?;
         Ok((bytes, dump.system))
     }
@@ -597,6 +605,9 @@ impl MetaStore {
             }
         }
         dump.identity.import(&tx)?;
+        if let Some(a) = &dump.admin {
+            a.import(&tx)?;
+        }
         usage::rebuild(&tx, true)?;
         tx.commit()?;
         Ok(())

@@ -133,6 +133,12 @@ pub(crate) fn record(app: &App, p: &Principal, action: Action, path: String, sta
         status,
         node: crate::cluster::id_hex(app.cluster().id()),
         repeated: 0,
+        tenant: p.tenant.map(|t| {
+            app.store()
+                .ok()
+                .and_then(|s| s.meta().tenant(t).ok().flatten())
+                .map_or_else(|| format!("{t:016x}"), |r| r.name)
+        }),
     };
     let entries = if status >= 400 {
         let out = app.refusals().admit(entry.clone());
@@ -216,6 +222,7 @@ mod tests {
             status: 403,
             node: "n".into(),
             repeated: 0,
+            tenant: None,
         }
     }
 

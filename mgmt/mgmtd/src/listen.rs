@@ -9,15 +9,17 @@
 //! for [`IDLE`] with no request in hand is closed (hyper's header limit starts
 //! only at a request's first byte: a client that connects and sends nothing, or
 //! only an HTTP/2 preface, would hold its connection for good), and at most
-//! [`MAX_CONNECTIONS`] are open per listener: past that a new connection is
-//! closed at once, so the admin port can never take the descriptors the data
-//! ports need.
+//! [`MAX_CONNECTIONS`] are open per listener, [`PER_CLIENT`] per client
+//! address: past that a new connection is closed at once, so the admin port can
+//! never take the descriptors the data ports need, and one client keeping its
+//! connections alive cannot lock the others out.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -31,6 +33,9 @@ pub(crate) const IDLE: Duration = Duration::from_secs(30);
 /// Open connections per admin listener (the API is an operator's, not a
 /// workload's: a few dozen is already a lot).
 pub(crate) const MAX_CONNECTIONS: usize = 256;
+/// Open connections per client address and listener: one client keeping
+/// connections alive (a ping every 20 s) cannot take them all.
+pub(crate) const PER_CLIENT: usize = 32;
 /// Connections still open at shutdown get this long to finish.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -62,6 +67,7 @@ pub(crate) async fn serve<H, Fut>(
         .header_read_timeout(HEADER_READ);
     let conn = Arc::new(conn);
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let per_client: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut refused = 0u64;
     loop {
@@ -76,6 +82,13 @@ pub(crate) async fn serve<H, Fut>(
                 }
             },
         };
+        let Some(mine) = Share::take(&per_client, peer.ip()) else {
+            if refused.is_multiple_of(1000) {
+                tracing::warn!(%peer, per_client = PER_CLIENT, "{name}: too many connections from one client, refusing its new ones ({refused} so far)");
+            }
+            refused += 1;
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Logged at the first refusal and every 1000th after, not per
             // connection: a flood must not become a flood of log lines.
@@ -88,7 +101,7 @@ pub(crate) async fn serve<H, Fut>(
         let accepted = handshake(tcp, peer);
         let (conn, watcher) = (conn.clone(), graceful.watcher());
         tokio::spawn(async move {
-            let _slot = slot;
+            let (_slot, _mine) = (slot, mine);
             let Some((stream, router)) = accepted.await else {
                 return;
             };
@@ -222,5 +235,39 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Noted<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// One client's share of a listener's connections, given back when dropped.
+struct Share {
+    clients: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl Share {
+    /// A connection for `ip`, unless it holds [`PER_CLIENT`] already.
+    fn take(clients: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<Share> {
+        let mut c = clients.lock().unwrap_or_else(|p| p.into_inner());
+        let n = c.entry(ip).or_default();
+        if *n >= PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(Share {
+            clients: clients.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut c = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = c.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                c.remove(&self.ip);
+            }
+        }
     }
 }

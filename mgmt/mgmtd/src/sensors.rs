@@ -167,15 +167,25 @@ pub(crate) async fn watch(
             }
             Err(_) => {}
         }
-        *node
+        let mut latest = node
             .sensors
             .latest
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(Watched {
-            source,
-            at: Instant::now(),
-            sensors,
-        });
+            .unwrap_or_else(|p| p.into_inner());
+        // A failed read (a BMC busy with other readers, a lost packet) keeps the
+        // last good reading for up to three rounds: a reader must not be able to
+        // hide an alert by keeping the BMC busy. Past that, the failure shows.
+        let keep = sensors.is_err()
+            && latest
+                .as_ref()
+                .is_some_and(|w| w.sensors.is_ok() && w.at.elapsed() < every * 3);
+        if !keep {
+            *latest = Some(Watched {
+                source,
+                at: Instant::now(),
+                sensors,
+            });
+        }
     }
 }
 
@@ -187,6 +197,23 @@ pub(crate) async fn list(
     let node = crate::bmc::node_of(&app, &named)?;
     let cn = app.node();
     if node == cn.cluster.id() {
+        // This node's own, read by the watch within the round: served from it,
+        // so readers cannot keep the BMC busy (and the watch from reading it).
+        let every = *cn.sensors.every.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(Watched {
+            source,
+            at,
+            sensors: Ok(sensors),
+        }) = cn.sensors.latest()
+        {
+            if at.elapsed() < every {
+                return Ok(Json(SensorsView {
+                    node: id_hex(node),
+                    source,
+                    sensors,
+                }));
+            }
+        }
         if let Some(bmc) = cn.local_bmc.get() {
             let sensors = bmc.sensors().await.map_err(crate::bmc::bmc_failure)?;
             return Ok(Json(SensorsView {

@@ -145,6 +145,10 @@ pub async fn audit(target: &Target, limit: usize, json: bool) -> Result<(), Node
             0 => String::new(),
             n => format!("  (and {n} more like it in the minute before)"),
         };
+        let repeated = match &e.tenant {
+            Some(t) => format!("  [tenant {t}]{repeated}"),
+            None => repeated,
+        };
         println!(
             "{:<12}  {:>3}  {:<22}  {:<8}  {}  {}  (node {}){repeated}",
             when(e.at_ms),
