@@ -66,12 +66,16 @@ fn the_status_page_in_headless_chromium() {
     assert!(element(&dom, "ul", "alerts").contains("none"), "{dom}");
     assert!(dom.contains("<svg"), "no throughput chart: {dom}");
 
-    // A drive's file removed: the page shows it failed, as an alert too.
+    // A drive's file removed: the page shows it failed, as an alert too. The
+    // page's parts are asked at once, so one render may show the drive failed
+    // before the node's health (read a moment earlier) says so: wait for both.
     std::fs::remove_file(node.drive_path(2)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let dom = loop {
         let dom = chromium_dom(&url);
-        if element(&dom, "table", "drives").contains("failed") {
+        if element(&dom, "table", "drives").contains("failed")
+            && element(&dom, "span", "health").contains("degraded")
+        {
             break dom;
         }
         assert!(
