@@ -99,18 +99,24 @@ pub fn free_addr() -> &'static str {
 }
 
 fn wait_file(path: &Path, child: &mut Child, what: &str, log: &Path) -> String {
+    try_wait_file(path, child, what, log).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The file's content once written; an error (with the process's log) if the
+/// process exits first.
+fn try_wait_file(path: &Path, child: &mut Child, what: &str, log: &Path) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(s) = std::fs::read_to_string(path) {
             if !s.trim().is_empty() {
-                return s.trim().to_string();
+                return Ok(s.trim().to_string());
             }
         }
         if let Ok(Some(st)) = child.try_wait() {
-            panic!(
+            return Err(format!(
                 "{what} exited during start-up ({st}):\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
-            );
+            ));
         }
         assert!(Instant::now() < deadline, "{what} not ready in 60 s");
         std::thread::sleep(Duration::from_millis(20));
@@ -135,7 +141,22 @@ impl Node {
             mgmtd: None,
         };
         node.start_datapathd();
-        node.start_mgmtd();
+        // A port found free can be taken before mgmtd binds it (by another
+        // test's outgoing connection, from the same ephemeral range): a first
+        // start that loses its port tries again on fresh ones.
+        for attempt in 1.. {
+            match node.try_start_mgmtd() {
+                Ok(()) => break,
+                Err(e) if attempt < 4 && e.contains("Address already in use") => {
+                    node.s3_addr = free_port();
+                    node.admin_addr = free_port();
+                    if node.opts.reachable {
+                        node.internal_addr = free_port();
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         node
     }
 
@@ -211,7 +232,12 @@ impl Node {
         self.datapathd = Some(child);
     }
 
+    /// Starts mgmtd on the node's ports (again, after a kill: the same ports).
     pub fn start_mgmtd(&mut self) {
+        self.try_start_mgmtd().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_mgmtd(&mut self) -> Result<(), String> {
         assert!(self.mgmtd.is_none(), "mgmtd already running");
         let ready = self.dir.path().join("mgmtd.ready");
         let _ = std::fs::remove_file(&ready);
@@ -252,8 +278,9 @@ impl Node {
         ];
         env.extend(self.opts.mgmtd_env.iter().copied());
         let mut child = self.spawn("mgmtd", &args, &env);
-        wait_file(&ready, &mut child, "mgmtd", &self.log("mgmtd"));
+        try_wait_file(&ready, &mut child, "mgmtd", &self.log("mgmtd"))?;
         self.mgmtd = Some(child);
+        Ok(())
     }
 
     /// SIGKILL: no chance to flush or say goodbye.
