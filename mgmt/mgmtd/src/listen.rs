@@ -82,21 +82,23 @@ pub(crate) async fn serve<H, Fut>(
                 }
             },
         };
-        let Some(mine) = Share::take(&per_client, peer.ip()) else {
-            if refused.is_multiple_of(1000) {
-                tracing::warn!(%peer, per_client = PER_CLIENT, "{name}: too many connections from one client, refusing its new ones ({refused} so far)");
-            }
-            refused += 1;
-            continue;
+        let admitted = match Share::take(&per_client, peer.ip()) {
+            None => Err(format!("from one client (at most {PER_CLIENT})")),
+            Some(mine) => (slots.clone().try_acquire_owned())
+                .map(|slot| (slot, mine))
+                .map_err(|_| format!("in all (at most {MAX_CONNECTIONS})")),
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Logged at the first refusal and every 1000th after, not per
-            // connection: a flood must not become a flood of log lines.
-            if refused.is_multiple_of(1000) {
-                tracing::warn!(%peer, open = MAX_CONNECTIONS, "{name}: too many connections, refusing new ones ({refused} so far)");
+        let (slot, mine) = match admitted {
+            Ok(a) => a,
+            Err(limit) => {
+                // Logged at the first refusal and every 1000th after, not per
+                // connection: a flood must not become a flood of log lines.
+                if refused.is_multiple_of(1000) {
+                    tracing::warn!(%peer, "{name}: too many connections {limit}, refusing new ones ({refused} so far)");
+                }
+                refused += 1;
+                continue;
             }
-            refused += 1;
-            continue;
         };
         let accepted = handshake(tcp, peer);
         let (conn, watcher) = (conn.clone(), graceful.watcher());
