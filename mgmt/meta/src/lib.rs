@@ -309,6 +309,20 @@ pub enum Mutation {
         of: WriteId,
         user_meta: BTreeMap<String, String>,
     },
+    /// Replaces an object's tags, bytes and metadata untouched (S3's
+    /// Put/DeleteObjectTagging). Applies only while the key still holds the write
+    /// `of` names, as [`Mutation::ReplaceObjectMeta`].
+    ReplaceObjectTags {
+        bucket: String,
+        key: String,
+        of: WriteId,
+        tags: BTreeMap<String, String>,
+    },
+    /// Changes one part of a bucket's configuration.
+    ChangeBucket {
+        name: String,
+        change: BucketChange,
+    },
 }
 
 /// Which write an object holds: the same bytes written twice are two writes (their
@@ -346,8 +360,10 @@ pub struct FragmentMove {
 pub struct Applied {
     /// Extents no longer referenced: their chunks may be deleted now.
     pub freed: Vec<Extent>,
-    /// The object written, for PutObject and CompleteUpload.
-    pub object: Option<ObjectRecord>,
+    /// The object written, for PutObject and CompleteUpload (boxed: the outcome
+    /// of every other mutation carries none, and travels through the log's
+    /// replies).
+    pub object: Option<Box<ObjectRecord>>,
 }
 
 /// A whole database as a Raft snapshot carries it.
@@ -893,7 +909,7 @@ fn rewrite(
     objects.insert((bucket, key), serde_json::to_vec(&record)?.as_slice())?;
     Ok(Applied {
         freed: Vec::new(),
-        object: Some(record),
+        object: Some(Box::new(record)),
     })
 }
 
@@ -976,7 +992,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             )?;
             Ok(Applied {
                 freed: unreferenced(old.map(|o| o.extents), &record.extents),
-                object: Some(record.clone()),
+                object: Some(Box::new(record.clone())),
             })
         }
         Mutation::DeleteObject { bucket, key, cond } => {
@@ -1092,7 +1108,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             }
             Ok(Applied {
                 freed,
-                object: Some(record),
+                object: Some(Box::new(record)),
             })
         }
         Mutation::AbortUpload { bucket, upload_id } => {
@@ -1170,6 +1186,37 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 ..old
             };
             rewrite(&mut objects, bucket, key, record)
+        }
+        Mutation::ReplaceObjectTags {
+            bucket,
+            key,
+            of,
+            tags,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            let Some(old) = get_object(&objects, bucket, key)? else {
+                return Err(MetaError::NoSuchKey(key.clone()));
+            };
+            if WriteId::of(&old) != *of {
+                return Err(MetaError::PreconditionFailed);
+            }
+            let record = ObjectRecord {
+                tags: tags.clone(),
+                ..old
+            };
+            rewrite(&mut objects, bucket, key, record)
+        }
+        Mutation::ChangeBucket { name, change } => {
+            let mut b: BucketRecord = match buckets.get(name.as_str())? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(MetaError::NoSuchBucket(name.clone())),
+            };
+            match change {
+                BucketChange::Cors(rules) => b.cors = rules.clone(),
+                BucketChange::Tags(tags) => b.tags = tags.clone(),
+            }
+            buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;
+            Ok(Applied::default())
         }
         Mutation::MoveFragments {
             bucket,
@@ -1309,6 +1356,7 @@ fn assemble(
         content_type: upload.content_type.clone(),
         user_meta: upload.user_meta.clone(),
         headers: upload.headers.clone(),
+        tags: upload.tags.clone(),
         checksum: None,
         extents,
         // Kept only when every part has one: a partial list would misnumber them.

@@ -13,7 +13,7 @@ pub const UNPLACED: u16 = u16::MAX;
 pub const ROOT_TENANT: u64 = 1;
 
 /// A bucket.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
     /// The tenant that owns the bucket; only its keys see it.
     pub tenant: u64,
@@ -29,6 +29,42 @@ pub struct BucketRecord {
     /// Set: the bucket is a KV pool's keyspace (see [`KvPool`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv: Option<KvPool>,
+    /// The bucket's CORS rules, in the order given (the first that matches a
+    /// request answers it); none: cross-origin requests are refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors: Vec<CorsRule>,
+    /// The bucket's tags (S3 bucket tagging), by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A change to a bucket's configuration (the subresources S3 sets one at a time).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BucketChange {
+    /// The CORS rules (none: removed).
+    Cors(Vec<CorsRule>),
+    /// The bucket's tags (none: removed).
+    Tags(BTreeMap<String, String>),
+}
+
+/// One CORS rule of a bucket, as S3's `CORSRule`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorsRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Origins, each with at most one `*` wildcard.
+    pub allowed_origins: Vec<String>,
+    /// Of GET, PUT, POST, DELETE and HEAD.
+    pub allowed_methods: Vec<String>,
+    /// Headers a preflight may ask for, each with at most one `*`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_headers: Vec<String>,
+    /// Response headers a browser may show the page.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_seconds: Option<i32>,
 }
 
 /// A tenant's named KV pool: a keyspace of its own, reached over RESP with
@@ -99,6 +135,9 @@ pub struct ObjectRecord {
     /// one (served with `?partNumber=N` and by GetObjectAttributes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub part_checksums: Vec<Checksum>,
+    /// The object's tags (S3 object tagging), by key.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// An S3 checksum algorithm (`x-amz-checksum-*`).
@@ -225,6 +264,9 @@ pub struct UploadRecord {
     /// the parts' CRCs) rather than S3's composite digest of digests.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub full_object_checksum: bool,
+    /// The completed object's tags (`x-amz-tagging` on the upload's creation).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
 }
 
 /// One uploaded part.

@@ -20,6 +20,7 @@ fn obj(etag: &str, size: u64) -> ObjectRecord {
             sealed: None,
         }],
         part_checksums: Vec::new(),
+        tags: Default::default(),
     }
 }
 
@@ -48,8 +49,7 @@ async fn mkbucket(s: &MetaStore, b: &str) {
             tenant: 1,
             created_ms: 0,
             location: None,
-            quota: Default::default(),
-            kv: None,
+            ..Default::default()
         },
     })
     .await
@@ -67,8 +67,7 @@ async fn bucket_lifecycle_and_conditions() {
                 tenant: 1,
                 created_ms: 0,
                 location: None,
-                quota: Default::default(),
-                kv: None
+                ..Default::default()
             }
         })
         .await,
@@ -178,6 +177,7 @@ async fn multipart_complete_checks_parts() {
             headers: Default::default(),
             checksum_algorithm: None,
             full_object_checksum: false,
+            tags: Default::default(),
         },
     })
     .await
@@ -636,8 +636,7 @@ async fn a_purged_tenant_goes_with_its_key_buckets_and_objects() {
                 tenant: id,
                 created_ms: 0,
                 location: None,
-                quota: Default::default(),
-                kv: None,
+                ..Default::default()
             },
         })
         .await
@@ -842,4 +841,95 @@ async fn audit_tables_keep_callers_apart() {
         ),
         (2, 1, 2)
     );
+}
+
+#[tokio::test]
+async fn tags_go_only_onto_the_write_they_were_read_from() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    put(&s, "b", "k").await;
+    let first = s.object("b", "k").unwrap().unwrap();
+    let tags: BTreeMap<String, String> = [("a".to_string(), "1".to_string())].into();
+    s.apply(Mutation::ReplaceObjectTags {
+        bucket: "b".into(),
+        key: "k".into(),
+        of: WriteId::of(&first),
+        tags: tags.clone(),
+    })
+    .await
+    .unwrap();
+    let tagged = s.object("b", "k").unwrap().unwrap();
+    assert_eq!(tagged.tags, tags);
+    assert_eq!(tagged.extents, first.extents, "the bytes are untouched");
+
+    // Overwritten meanwhile: the change names a write the key no longer holds.
+    s.apply(Mutation::PutObject {
+        bucket: "b".into(),
+        key: "k".into(),
+        record: ObjectRecord {
+            modified_ms: 2,
+            ..obj("f", 2)
+        },
+        cond: Precondition::default(),
+        written_in: None,
+    })
+    .await
+    .unwrap();
+    let r = s
+        .apply(Mutation::ReplaceObjectTags {
+            bucket: "b".into(),
+            key: "k".into(),
+            of: WriteId::of(&first),
+            tags: BTreeMap::new(),
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    assert!(s.object("b", "k").unwrap().unwrap().tags.is_empty());
+    let r = s
+        .apply(Mutation::ReplaceObjectTags {
+            bucket: "b".into(),
+            key: "gone".into(),
+            of: WriteId::of(&first),
+            tags,
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::NoSuchKey(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn bucket_changes_touch_one_part_and_survive_a_snapshot() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    let rule = CorsRule {
+        allowed_origins: vec!["*".into()],
+        allowed_methods: vec!["GET".into()],
+        ..Default::default()
+    };
+    s.apply(Mutation::ChangeBucket {
+        name: "b".into(),
+        change: BucketChange::Cors(vec![rule.clone()]),
+    })
+    .await
+    .unwrap();
+    let tags: BTreeMap<String, String> = [("team".to_string(), "ops".to_string())].into();
+    s.apply(Mutation::ChangeBucket {
+        name: "b".into(),
+        change: BucketChange::Tags(tags.clone()),
+    })
+    .await
+    .unwrap();
+    let b = s.bucket("b").unwrap().unwrap();
+    assert_eq!((b.cors.clone(), b.tags.clone()), (vec![rule], tags));
+    let r = s
+        .apply(Mutation::ChangeBucket {
+            name: "nope".into(),
+            change: BucketChange::Tags(BTreeMap::new()),
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::NoSuchBucket(_))), "{r:?}");
+
+    let (snapshot, _) = s.export().unwrap();
+    let (_d2, restored) = store();
+    restored.import(&snapshot).unwrap();
+    assert_eq!(restored.bucket("b").unwrap().unwrap(), b);
 }

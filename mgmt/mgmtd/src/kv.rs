@@ -204,6 +204,7 @@ pub(crate) async fn create(
             nodes,
             durability,
         }),
+        ..Default::default()
     };
     store.create_bucket_as(t, &bucket, record).await?;
     let id = cairn_meta::bucket_id(t, &bucket);

@@ -241,6 +241,8 @@ pub struct ObjectAttrs {
     pub user_meta: BTreeMap<String, String>,
     /// Standard headers kept with the object (see [`ObjectRecord::headers`]).
     pub headers: BTreeMap<String, String>,
+    /// The object's tags (S3 object tagging).
+    pub tags: BTreeMap<String, String>,
     /// Filled by the body's verifier once the body has been read to its end and
     /// its checksum matched; read when the object is committed.
     pub checksum: ChecksumSlot,
@@ -646,8 +648,7 @@ impl ObjectStore {
                 tenant,
                 created_ms: cairn_meta::now_ms(),
                 location,
-                quota: Default::default(),
-                kv: None,
+                ..Default::default()
             },
         )
         .await
@@ -743,6 +744,7 @@ impl ObjectStore {
             checksum: attrs.checksum.get().cloned(),
             extents: vec![written.extent],
             part_checksums: Vec::new(),
+            tags: attrs.tags,
         };
         self.commit_object(tenant, bucket, key, record, cond, written.written_in)
             .await
@@ -771,6 +773,7 @@ impl ObjectStore {
         )
         .await?
         .object
+        .map(|o| *o)
         .ok_or_else(|| MetaError::Db("put returned no object".into()).into())
     }
 
@@ -828,6 +831,32 @@ impl ObjectStore {
                 key: key.to_string(),
                 of,
                 user_meta,
+            },
+            Vec::new(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Replaces the tags of the write `of` of `key`, its bytes and metadata
+    /// untouched; refused (`PreconditionFailed`) when the key holds another write
+    /// by then.
+    pub async fn replace_tags(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        of: cairn_meta::WriteId,
+        tags: BTreeMap<String, String>,
+    ) -> Result<(), ObjectError> {
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
+        self.commit(
+            tenant,
+            Mutation::ReplaceObjectTags {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                of,
+                tags,
             },
             Vec::new(),
         )
@@ -951,6 +980,7 @@ impl ObjectStore {
                     headers: attrs.headers,
                     checksum_algorithm,
                     full_object_checksum,
+                    tags: attrs.tags,
                 },
             },
             Vec::new(),
@@ -1053,6 +1083,7 @@ impl ObjectStore {
             .await?;
         applied
             .object
+            .map(|o| *o)
             .ok_or_else(|| MetaError::Db("complete returned no object".into()).into())
     }
 
@@ -1115,6 +1146,42 @@ impl ObjectStore {
         self.commit(tenant, Mutation::SetBucketQuota { name, quota }, Vec::new())
             .await?;
         self.sync().await
+    }
+
+    /// Changes one part of the tenant's bucket's configuration (its CORS rules,
+    /// its tags).
+    pub async fn change_bucket(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        change: cairn_meta::BucketChange,
+    ) -> Result<(), ObjectError> {
+        let (name, _) = self.resolve(tenant, bucket).await?;
+        self.commit(tenant, Mutation::ChangeBucket { name, change }, Vec::new())
+            .await?;
+        self.sync().await
+    }
+
+    /// The CORS rules of every bucket named `name`, whichever tenant owns it, as
+    /// this node's metadata has them (no read barrier): a browser's preflight
+    /// carries no credentials, so it names a bucket but no tenant.
+    pub fn cors_rules_named(&self, name: &str) -> Result<Vec<cairn_meta::CorsRule>, ObjectError> {
+        Ok(self
+            .meta
+            .buckets()?
+            .into_iter()
+            .filter(|(id, _)| cairn_meta::bucket_name(id) == name)
+            .flat_map(|(_, b)| b.cors)
+            .collect())
+    }
+
+    /// The CORS rules of the tenant's bucket `name` (none when it has none or
+    /// does not exist), as this node's metadata has them (no read barrier).
+    pub fn cors_rules(&self, tenant: u64, name: &str) -> Vec<cairn_meta::CorsRule> {
+        match self.meta.bucket(&bucket_id(tenant, name)) {
+            Ok(Some(b)) if b.tenant == tenant => b.cors,
+            _ => Vec::new(),
+        }
     }
 
     // ---- space ----

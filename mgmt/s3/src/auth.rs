@@ -213,6 +213,19 @@ impl S3Access for Access {
         if let Some(slot) = cx.extensions_mut().get::<crate::metrics::OpSlot>() {
             let _ = slot.set(op.clone());
         }
+        // A browser's request: the bucket its (verified) credentials reach decides
+        // the answer's CORS headers, errors included (a page may read why).
+        let bucket = match cx.s3_path() {
+            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
+                Some(bucket.to_string())
+            }
+            s3s::path::S3Path::Root => None,
+        };
+        if let (Some(reached), Some(bucket)) =
+            (cx.extensions_mut().get::<crate::cors::Reached>(), bucket)
+        {
+            let _ = reached.0.set((id.tenant, bucket));
+        }
         let op = op.as_str();
         if id.role == Role::ReadOnly && !reads_only(op) {
             return Err(s3_error!(

@@ -7,6 +7,7 @@
 //! store's, so other front ends see the same objects with the same guarantees.
 
 mod auth;
+mod cors;
 mod encoding;
 mod error;
 mod guard;
@@ -43,6 +44,11 @@ pub async fn serve(
     metrics: S3Metrics,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), S3FrontError> {
+    let front = Arc::new(Front {
+        store: store.clone(),
+        domains: domains.clone(),
+        metrics,
+    });
     let service = {
         let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store.clone(), keys.clone()));
         b.set_auth(keys.clone());
@@ -78,9 +84,9 @@ pub async fn serve(
             _ = &mut shutdown => break,
         };
         let _ = socket.set_nodelay(true);
-        let (svc, metrics) = (service.clone(), metrics.clone());
+        let (svc, front) = (service.clone(), front.clone());
         let guarded =
-            hyper::service::service_fn(move |req| guarded(svc.clone(), req, metrics.clone()));
+            hyper::service::service_fn(move |req| guarded(svc.clone(), req, front.clone()));
         let conn = conn
             .serve_connection(TokioIo::new(socket), guarded)
             .into_owned();
@@ -100,12 +106,19 @@ pub async fn serve(
     Ok(())
 }
 
-/// One request through the limits of [`guard`], then to the S3 service; every
-/// answer gets its request ids.
+/// What the request path around the S3 service needs.
+struct Front {
+    store: Arc<ObjectStore>,
+    domains: Domains,
+    metrics: S3Metrics,
+}
+
+/// One request through the limits of [`guard`] and CORS, then to the S3 service;
+/// every answer gets its request ids.
 async fn guarded(
     svc: s3s::service::S3Service,
     mut req: http::Request<hyper::body::Incoming>,
-    metrics: S3Metrics,
+    front: Arc<Front>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
     let started = std::time::Instant::now();
     let op = metrics::OpSlot::default();
@@ -114,13 +127,29 @@ async fn guarded(
     let is_head = req.method() == http::Method::HEAD;
     // Kept for the error line (a Uri clone shares its bytes: no copy per request).
     let (method, uri) = (req.method().clone(), req.uri().clone());
-    let mut resp = match refused(&req) {
+    let origin = req
+        .headers()
+        .get(http::header::ORIGIN)
+        .and_then(|o| o.to_str().ok())
+        .map(str::to_string);
+    let reached = cors::Reached::default();
+    if origin.is_some() {
+        req.extensions_mut().insert(reached.clone());
+    }
+    let preflight = cors::preflight(&req, &front.store, &front.domains);
+    if preflight.is_some() {
+        let _ = op.set("PreflightCors".to_string());
+    }
+    let mut resp = match preflight.or_else(|| refused(&req)) {
         Some(resp) => resp,
         None => match sized(req.map(guard::GuardedBody::new)).await {
             Ok(req) => svc.call(req).await?,
             Err(resp) => resp,
         },
     };
+    if let Some(origin) = &origin {
+        cors::decorate(&mut resp, &front.store, origin, &method, &reached);
+    }
     // A HEAD of one part (`?partNumber=N`) is answered as its GET is, 206 with
     // the part's Content-Range; s3s sends every HEAD as 200.
     if is_head
@@ -138,7 +167,7 @@ async fn guarded(
         )),
         false => None,
     };
-    metrics.answered(&metrics::Answered {
+    front.metrics.answered(&metrics::Answered {
         op: &op,
         status,
         error: code.as_deref().filter(|c| !c.is_empty()),

@@ -42,7 +42,7 @@ impl Domains {
     }
 
     /// The bucket a `Host` header names, if it is `bucket.DOMAIN[:port]`.
-    fn bucket_of<'a>(&self, host: &'a str) -> S3Result<Option<&'a str>> {
+    pub(crate) fn bucket_of<'a>(&self, host: &'a str) -> S3Result<Option<&'a str>> {
         let invalid = || s3_error!(InvalidRequest, "Invalid host header: {host:?}");
         if host.starts_with('[') {
             return Ok(None); // an IPv6 literal: path style

@@ -74,8 +74,7 @@ pub fn bucket(name: &str) -> Command {
             tenant: 1,
             created_ms: 1,
             location: None,
-            quota: Default::default(),
-            kv: None,
+            ..Default::default()
         },
     })
 }

@@ -1,4 +1,4 @@
-//! Listings: ListObjects (V1) and ListObjectsV2.
+//! Listings: ListObjects (V1), ListObjectsV2 and ListObjectVersions.
 
 use super::common::*;
 use super::CairnS3;
@@ -6,7 +6,7 @@ use crate::encoding::KeyEncoding;
 use crate::error::to_s3;
 use cairn_meta::After;
 use s3s::dto::*;
-use s3s::{S3Request, S3Response, S3Result};
+use s3s::{s3_error, S3Request, S3Response, S3Result};
 
 pub(super) async fn list_objects_v2(
     s3: &CairnS3,
@@ -71,26 +71,7 @@ pub(super) async fn list_objects(
     input.delimiter = input.delimiter.filter(|d| !d.is_empty());
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
-    // A marker that is itself a common prefix (the NextMarker of a page that
-    // ended on one) resumes past every key under it: those keys sort after the
-    // marker and would otherwise roll up into the same prefix again.
-    let delimiter = input.delimiter.as_deref();
-    let after = input
-        .marker
-        .clone()
-        .filter(|m| !m.is_empty())
-        .map(|m| match delimiter {
-            Some(d)
-                if m.starts_with(&prefix)
-                    && m[prefix.len()..]
-                        .find(d)
-                        .map(|p| prefix.len() + p + d.len())
-                        == Some(m.len()) =>
-            {
-                After::Prefix(m)
-            }
-            _ => After::Key(m),
-        });
+    let after = after_marker(input.marker.clone(), &prefix, input.delimiter.as_deref());
     let listing = s3
         .store
         .list_objects(
@@ -119,6 +100,107 @@ pub(super) async fn list_objects(
         is_truncated: Some(next_marker.is_some()),
         next_marker: enc.opt(next_marker),
         contents: (!contents.is_empty()).then_some(contents),
+        common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
+        encoding_type: input.encoding_type,
+        ..Default::default()
+    }))
+}
+
+/// Where a V1 marker resumes. A marker that is itself a common prefix (the
+/// NextMarker of a page that ended on one) resumes past every key under it:
+/// those keys sort after the marker and would otherwise roll up into the same
+/// prefix again.
+fn after_marker(marker: Option<String>, prefix: &str, delimiter: Option<&str>) -> Option<After> {
+    marker.filter(|m| !m.is_empty()).map(|m| match delimiter {
+        Some(d)
+            if m.starts_with(prefix)
+                && m[prefix.len()..]
+                    .find(d)
+                    .map(|p| prefix.len() + p + d.len())
+                    == Some(m.len()) =>
+        {
+            After::Prefix(m)
+        }
+        _ => After::Key(m),
+    })
+}
+
+/// Every object's versions. Cairn keeps one version of each object, S3's `null`
+/// version (the latest), so this is the V1 listing in S3's version form: tools
+/// that empty a bucket or back it up by its versions work on it.
+pub(super) async fn list_object_versions(
+    s3: &CairnS3,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let mut input = req.input;
+    let enc = KeyEncoding::of(input.encoding_type.as_ref())?;
+    input.delimiter = input.delimiter.filter(|d| !d.is_empty());
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = max_keys(input.max_keys)?;
+    let key_marker = input.key_marker.clone().filter(|m| !m.is_empty());
+    match input.version_id_marker.as_deref().filter(|v| !v.is_empty()) {
+        Some(_) if key_marker.is_none() => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "A version-id marker cannot be specified without a key marker."
+            ))
+        }
+        // The key's only version is `null`: the page starts at the next key.
+        Some(v) => current_version(Some(v))?,
+        None => {}
+    }
+    let after = after_marker(key_marker, &prefix, input.delimiter.as_deref());
+    let listing = s3
+        .store
+        .list_objects(
+            tenant,
+            &input.bucket,
+            &prefix,
+            after,
+            input.delimiter.as_deref(),
+            max,
+        )
+        .await
+        .map_err(to_s3)?;
+    let next = listing.next.as_ref().map(|a| match a {
+        After::Key(k) | After::Prefix(k) => k.clone(),
+    });
+    let owner = super::access::owner(tenant);
+    let (contents, prefixes) = listing_entries(&listing, enc, Some(owner));
+    let versions: Vec<ObjectVersion> = contents
+        .into_iter()
+        .map(|o| ObjectVersion {
+            e_tag: o.e_tag,
+            is_latest: Some(true),
+            key: o.key,
+            last_modified: o.last_modified,
+            owner: o.owner,
+            size: o.size,
+            storage_class: Some(ObjectVersionStorageClass::from_static(
+                ObjectVersionStorageClass::STANDARD,
+            )),
+            version_id: Some("null".into()),
+            ..Default::default()
+        })
+        .collect();
+    // A page that ended on a key resumes after its (only) version; one that ended
+    // on a common prefix names no version.
+    let next_version = match &listing.next {
+        Some(After::Key(_)) => Some("null".to_string()),
+        _ => None,
+    };
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(input.bucket),
+        prefix: enc.opt(input.prefix),
+        delimiter: enc.opt(input.delimiter),
+        key_marker: Some(enc.key(input.key_marker.unwrap_or_default())),
+        version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
+        max_keys: Some(max as i32),
+        is_truncated: Some(next.is_some()),
+        next_key_marker: enc.opt(next),
+        next_version_id_marker: next_version,
+        versions: (!versions.is_empty()).then_some(versions),
         common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
         encoding_type: input.encoding_type,
         ..Default::default()

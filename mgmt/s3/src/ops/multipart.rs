@@ -27,13 +27,15 @@ pub(super) async fn create_multipart_upload(
         })?),
     };
     let full_object = full_object_checksum(algorithm, input.checksum_type.as_ref())?;
+    let mut attrs = attrs(&req.headers, input.content_type, input.metadata)?;
+    attrs.tags = super::tagging::from_header(input.tagging.as_deref())?;
     let id = s3
         .store
         .create_upload(
             tenant,
             &input.bucket,
             &input.key,
-            attrs(&req.headers, input.content_type, input.metadata)?,
+            attrs,
             algorithm,
             full_object,
         )

@@ -33,6 +33,7 @@ pub(super) async fn put_object(
     )?;
     let (body, verdict) = Verified::new(body, expect);
     let mut attrs = attrs(&req.headers, input.content_type, input.metadata)?;
+    attrs.tags = super::tagging::from_header(input.tagging.as_deref())?;
     attrs.checksum = verdict.slot.clone();
     let rec = s3
         .store
@@ -123,6 +124,7 @@ pub(super) async fn get_object(
         last_modified: Some(timestamp(rec.modified_ms)),
         content_type: Some(content_type(&rec)),
         metadata: user_meta(&rec),
+        tag_count: super::tagging::count(&rec.tags),
         ..Default::default()
     };
     // A checksum covers the whole object (S3 sends none with a range), or one
@@ -428,6 +430,11 @@ pub(super) async fn copy_object(
             headers: src.headers.clone(),
             ..Default::default()
         }
+    };
+    // Tags are copied unless `x-amz-tagging-directive: REPLACE` gives new ones.
+    attrs.tags = match input.tagging_directive.as_ref().map(|d| d.as_str()) {
+        Some(TaggingDirective::REPLACE) => super::tagging::from_header(input.tagging.as_deref())?,
+        _ => src.tags.clone(),
     };
     // The copy is one piece: its checksum is a full-object one in the algorithm
     // asked for, else the source's (made anew from the bytes, as S3 does, so a

@@ -1,0 +1,128 @@
+//! A bucket's configuration subresources: CORS rules and the versioning state.
+
+use super::CairnS3;
+use crate::error::to_s3;
+use cairn_meta::{BucketChange, CorsRule};
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+
+fn to_rule(r: CORSRule) -> CorsRule {
+    CorsRule {
+        id: r.id,
+        allowed_origins: r.allowed_origins,
+        allowed_methods: r.allowed_methods,
+        allowed_headers: r.allowed_headers.unwrap_or_default(),
+        expose_headers: r.expose_headers.unwrap_or_default(),
+        max_age_seconds: r.max_age_seconds,
+    }
+}
+
+fn from_rule(r: &CorsRule) -> CORSRule {
+    let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    CORSRule {
+        id: r.id.clone(),
+        allowed_origins: r.allowed_origins.clone(),
+        allowed_methods: r.allowed_methods.clone(),
+        allowed_headers: some(&r.allowed_headers),
+        expose_headers: some(&r.expose_headers),
+        max_age_seconds: r.max_age_seconds,
+    }
+}
+
+pub(super) async fn put_bucket_cors(
+    s3: &CairnS3,
+    req: S3Request<PutBucketCorsInput>,
+) -> S3Result<S3Response<PutBucketCorsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let rules: Vec<CorsRule> = input
+        .cors_configuration
+        .cors_rules
+        .into_iter()
+        .map(to_rule)
+        .collect();
+    if let Some(why) = crate::cors::invalid(&rules) {
+        return Err(s3_error!(InvalidRequest, "{why}"));
+    }
+    s3.store
+        .change_bucket(tenant, &input.bucket, BucketChange::Cors(rules))
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(PutBucketCorsOutput {}))
+}
+
+pub(super) async fn get_bucket_cors(
+    s3: &CairnS3,
+    req: S3Request<GetBucketCorsInput>,
+) -> S3Result<S3Response<GetBucketCorsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let b = s3
+        .store
+        .bucket(tenant, &req.input.bucket)
+        .await
+        .map_err(to_s3)?;
+    if b.cors.is_empty() {
+        return Err(s3_error!(
+            NoSuchCORSConfiguration,
+            "The CORS configuration does not exist"
+        ));
+    }
+    Ok(S3Response::new(GetBucketCorsOutput {
+        cors_rules: Some(b.cors.iter().map(from_rule).collect()),
+    }))
+}
+
+pub(super) async fn delete_bucket_cors(
+    s3: &CairnS3,
+    req: S3Request<DeleteBucketCorsInput>,
+) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+    let tenant = s3.tenant(&req)?;
+    s3.store
+        .change_bucket(tenant, &req.input.bucket, BucketChange::Cors(Vec::new()))
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(DeleteBucketCorsOutput {}))
+}
+
+/// A bucket whose versioning was never enabled: S3 answers with no `Status`.
+/// (Cairn keeps one version of each object, S3's `null` version; enabling
+/// versioning is refused, see `put_bucket_versioning`.)
+pub(super) async fn get_bucket_versioning(
+    s3: &CairnS3,
+    req: S3Request<GetBucketVersioningInput>,
+) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+    let tenant = s3.tenant(&req)?;
+    s3.store
+        .bucket(tenant, &req.input.bucket)
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+}
+
+/// Suspending versioning on a bucket that never had it changes nothing, as in
+/// S3; enabling it is refused (501) until Cairn keeps versions.
+pub(super) async fn put_bucket_versioning(
+    s3: &CairnS3,
+    req: S3Request<PutBucketVersioningInput>,
+) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    s3.store
+        .bucket(tenant, &input.bucket)
+        .await
+        .map_err(to_s3)?;
+    let status = input.versioning_configuration.status;
+    match status.as_ref().map(|s| s.as_str()) {
+        Some(BucketVersioningStatus::SUSPENDED) => {
+            Ok(S3Response::new(PutBucketVersioningOutput {}))
+        }
+        Some(BucketVersioningStatus::ENABLED) => Err(s3_error!(
+            NotImplemented,
+            "Cairn does not keep object versions yet: versioning cannot be enabled"
+        )),
+        _ => Err(s3_error!(
+            MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema"
+        )),
+    }
+}

@@ -1,0 +1,273 @@
+//! Tagging: an object's tags (Put/Get/DeleteObjectTagging, `x-amz-tagging` on a
+//! write) and a bucket's (Put/Get/DeleteBucketTagging), with AWS's limits.
+
+use super::common::*;
+use super::CairnS3;
+use crate::error::to_s3;
+use cairn_meta::{BucketChange, WriteId};
+use cairn_objects::ObjectError;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
+use std::collections::BTreeMap;
+
+/// AWS's limits: tags per object and per bucket, and the length of a key and a
+/// value in Unicode characters.
+const MAX_OBJECT_TAGS: usize = 10;
+const MAX_BUCKET_TAGS: usize = 50;
+const MAX_KEY_CHARS: usize = 128;
+const MAX_VALUE_CHARS: usize = 256;
+
+/// How often a tag change is tried again when the object was overwritten between
+/// reading which write it holds and committing the change (the overwrite wins
+/// the first round; the tags then go onto the new write, as they would had they
+/// come a moment later).
+const TRIES: usize = 5;
+
+/// The characters AWS allows in a tag: letters, digits and white space in any
+/// script, and `+ - = . _ : / @`.
+fn allowed(c: char) -> bool {
+    c.is_alphanumeric() || c.is_whitespace() || "+-=._:/@".contains(c)
+}
+
+/// Checks tags as AWS does (S3's `InvalidTag`), at most `max` of them.
+fn checked<I>(tags: I, max: usize, what: &str) -> S3Result<BTreeMap<String, String>>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let mut out = BTreeMap::new();
+    for (k, v) in tags {
+        let chars = k.chars().count();
+        if chars == 0 || chars > MAX_KEY_CHARS || !k.chars().all(allowed) {
+            return Err(s3_error!(
+                InvalidTag,
+                "The TagKey you have provided is invalid"
+            ));
+        }
+        if k.starts_with("aws:") {
+            return Err(s3_error!(
+                InvalidTag,
+                "Your TagKey cannot be prefixed with aws:"
+            ));
+        }
+        if v.chars().count() > MAX_VALUE_CHARS || !v.chars().all(allowed) {
+            return Err(s3_error!(
+                InvalidTag,
+                "The TagValue you have provided is invalid"
+            ));
+        }
+        if out.insert(k, v).is_some() {
+            return Err(s3_error!(
+                InvalidTag,
+                "Cannot provide multiple Tags with the same key"
+            ));
+        }
+    }
+    if out.len() > max {
+        return Err(s3_error!(
+            InvalidTag,
+            "{what} tags cannot be greater than {max}"
+        ));
+    }
+    Ok(out)
+}
+
+/// The tags of an `x-amz-tagging` header (a URL-encoded query string,
+/// `k1=v1&k2=v2`), checked.
+pub(super) fn from_header(header: Option<&str>) -> S3Result<BTreeMap<String, String>> {
+    let Some(h) = header.filter(|h| !h.is_empty()) else {
+        return Ok(BTreeMap::new());
+    };
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(h.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    checked(pairs, MAX_OBJECT_TAGS, "Object")
+}
+
+fn from_set(set: TagSet, max: usize, what: &str) -> S3Result<BTreeMap<String, String>> {
+    checked(
+        set.into_iter()
+            .map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())),
+        max,
+        what,
+    )
+}
+
+fn to_set(tags: &BTreeMap<String, String>) -> TagSet {
+    tags.iter()
+        .map(|(k, v)| Tag {
+            key: Some(k.clone()),
+            value: Some(v.clone()),
+        })
+        .collect()
+}
+
+/// `x-amz-tagging-count` of a GET: how many tags the object has, when any.
+pub(super) fn count(tags: &BTreeMap<String, String>) -> Option<i32> {
+    (!tags.is_empty()).then_some(tags.len() as i32)
+}
+
+pub(super) async fn get_object_tagging(
+    s3: &CairnS3,
+    req: S3Request<GetObjectTaggingInput>,
+) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    current_version(input.version_id.as_deref())?;
+    let rec = s3
+        .store
+        .head_object(tenant, &input.bucket, &input.key)
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(GetObjectTaggingOutput {
+        tag_set: to_set(&rec.tags),
+        version_id: None,
+    }))
+}
+
+/// Puts `tags` on the current write of the key.
+async fn set_object_tags(
+    s3: &CairnS3,
+    tenant: u64,
+    (bucket, key): (&str, &str),
+    tags: BTreeMap<String, String>,
+) -> S3Result<()> {
+    for _ in 0..TRIES {
+        let rec = s3
+            .store
+            .head_object(tenant, bucket, key)
+            .await
+            .map_err(to_s3)?;
+        match s3
+            .store
+            .replace_tags(tenant, bucket, key, WriteId::of(&rec), tags.clone())
+            .await
+        {
+            Err(ObjectError::Meta(cairn_meta::MetaError::PreconditionFailed)) => continue,
+            r => return r.map_err(to_s3),
+        }
+    }
+    Err(s3_error!(
+        OperationAborted,
+        "A conflicting conditional operation is currently in progress against this resource. Please try again."
+    ))
+}
+
+pub(super) async fn put_object_tagging(
+    s3: &CairnS3,
+    req: S3Request<PutObjectTaggingInput>,
+) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    current_version(input.version_id.as_deref())?;
+    let tags = from_set(input.tagging.tag_set, MAX_OBJECT_TAGS, "Object")?;
+    set_object_tags(s3, tenant, (&input.bucket, &input.key), tags).await?;
+    Ok(S3Response::new(PutObjectTaggingOutput { version_id: None }))
+}
+
+pub(super) async fn delete_object_tagging(
+    s3: &CairnS3,
+    req: S3Request<DeleteObjectTaggingInput>,
+) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    current_version(input.version_id.as_deref())?;
+    set_object_tags(s3, tenant, (&input.bucket, &input.key), BTreeMap::new()).await?;
+    Ok(S3Response::new(DeleteObjectTaggingOutput {
+        version_id: None,
+    }))
+}
+
+pub(super) async fn get_bucket_tagging(
+    s3: &CairnS3,
+    req: S3Request<GetBucketTaggingInput>,
+) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let b = s3
+        .store
+        .bucket(tenant, &req.input.bucket)
+        .await
+        .map_err(to_s3)?;
+    if b.tags.is_empty() {
+        return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
+    }
+    Ok(S3Response::new(GetBucketTaggingOutput {
+        tag_set: to_set(&b.tags),
+    }))
+}
+
+pub(super) async fn put_bucket_tagging(
+    s3: &CairnS3,
+    req: S3Request<PutBucketTaggingInput>,
+) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let input = req.input;
+    let tags = from_set(input.tagging.tag_set, MAX_BUCKET_TAGS, "Bucket")?;
+    s3.store
+        .change_bucket(tenant, &input.bucket, BucketChange::Tags(tags))
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(PutBucketTaggingOutput {}))
+}
+
+pub(super) async fn delete_bucket_tagging(
+    s3: &CairnS3,
+    req: S3Request<DeleteBucketTaggingInput>,
+) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+    let tenant = s3.tenant(&req)?;
+    s3.store
+        .change_bucket(
+            tenant,
+            &req.input.bucket,
+            BucketChange::Tags(BTreeMap::new()),
+        )
+        .await
+        .map_err(to_s3)?;
+    Ok(S3Response::new(DeleteBucketTaggingOutput {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(r: S3Result<BTreeMap<String, String>>) -> String {
+        r.unwrap_err().code().as_str().to_string()
+    }
+
+    #[test]
+    fn header_tags_are_decoded_and_checked_as_aws_does() {
+        let t = from_header(Some("project=blue%20sky&owner=ops%2Fteam&empty=")).unwrap();
+        assert_eq!(t["project"], "blue sky");
+        assert_eq!(t["owner"], "ops/team");
+        assert_eq!(t["empty"], "");
+        assert!(from_header(None).unwrap().is_empty());
+        assert!(from_header(Some("")).unwrap().is_empty());
+        let eleven: String = (0..11).map(|i| format!("k{i}=v&")).collect();
+        assert_eq!(code(from_header(Some(&eleven))), "InvalidTag");
+        assert_eq!(code(from_header(Some("a=1&a=2"))), "InvalidTag");
+        assert_eq!(code(from_header(Some("aws:x=1"))), "InvalidTag");
+        assert_eq!(code(from_header(Some("=v"))), "InvalidTag");
+        assert_eq!(code(from_header(Some("k=%3Cscript%3E"))), "InvalidTag");
+        let long_key = "k".repeat(129);
+        assert_eq!(
+            code(from_header(Some(&format!("{long_key}=v")))),
+            "InvalidTag"
+        );
+        let long_value = "v".repeat(257);
+        assert_eq!(
+            code(from_header(Some(&format!("k={long_value}")))),
+            "InvalidTag"
+        );
+        // Limits count characters, not bytes.
+        let wide = "é".repeat(128);
+        assert!(from_header(Some(&format!("{wide}=v"))).is_ok());
+    }
+
+    #[test]
+    fn a_bucket_takes_fifty_tags() {
+        let fifty: Vec<(String, String)> = (0..50).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(checked(fifty.clone(), MAX_BUCKET_TAGS, "Bucket").is_ok());
+        let mut more = fifty;
+        more.push(("k50".into(), "v".into()));
+        assert!(checked(more, MAX_BUCKET_TAGS, "Bucket").is_err());
+    }
+}
