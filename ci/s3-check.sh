@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shell-level check of a real node: `nodectl dev up` on file-backed drives, the aws
-# CLI, s3cmd, boto3 and minio-py against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
+# CLI, s3cmd, boto3 (the core API, then tagging, CORS and versions) and minio-py against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
 # same data directory, and every object read back by hash.
 #
 #   ci/s3-check.sh [BIN_DIR]     (default target/release)
@@ -110,6 +110,10 @@ echo "-- boto3"
 python3 ci/s3_check.py write "$endpoint" "$work/manifest"
 echo "-- minio-py"
 python3 ci/s3_check.py minio "$endpoint" "$work/manifest"
+echo "-- data services with boto3 (tagging, CORS, versions)"
+python3 ci/s3_services.py "$endpoint"
+[[ -z "$(aws_ s3api get-bucket-versioning --bucket cli-check)" ]] || fail "aws s3api get-bucket-versioning"
+echo "  ok  aws s3api get-bucket-versioning: never enabled"
 echo "-- redis-cli (RESP)"
 ci/resp-check.sh "127.0.0.1" "$rport" "$work"
 echo "-- nodectl status"
