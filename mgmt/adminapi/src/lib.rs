@@ -43,7 +43,7 @@ pub use cluster::{
 pub use error::{ErrorBody, ErrorKind};
 pub use gc::{GcRound, GcRunQuery, GcStatus};
 pub use kv::{KvPoolView, KvStats, NewKvPool};
-pub use node::{DamageAtOpen, DriveStatus, NodeDrives, NodeStatus, ReactorLoad};
+pub use node::{DamageAtOpen, DriveStatus, LifecycleStatus, NodeDrives, NodeStatus, ReactorLoad};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
 pub use tenants::{

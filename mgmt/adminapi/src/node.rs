@@ -111,6 +111,9 @@ pub struct NodeStatus {
     /// The scrubber: state, the pass under way, the last one.
     #[serde(default)]
     pub scrub: Option<ScrubStatus>,
+    /// The lifecycle worker: what this node's passes did.
+    #[serde(default)]
+    pub lifecycle: Option<LifecycleStatus>,
     /// Objects fully protected, short of fragments (a drive failed, or a write
     /// that found a drive full), or lost, as the manifests and the drives' states
     /// say now (a single node; a cluster member's are in `cluster status`).
@@ -120,4 +123,16 @@ pub struct NodeStatus {
     /// that cannot be read (what `nodectl node sensors` shows in full).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alerts: Vec<String>,
+}
+
+/// What a node's lifecycle worker did since mgmtd started.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LifecycleStatus {
+    /// Objects deleted by expiration rules.
+    pub expired: u64,
+    /// Incomplete multipart uploads aborted.
+    pub aborted: u64,
+    pub passes: u64,
+    /// When the last pass ran, ms since the epoch (0: none yet).
+    pub last_pass_ms: u64,
 }

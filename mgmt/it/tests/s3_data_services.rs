@@ -1,13 +1,16 @@
 //! S3's data services as `aws-sdk-s3` and a browser use them: object and bucket
 //! tagging (with AWS's limits, through copies, multipart and a restart), CORS
-//! (configuration, preflights, and the headers on answers), and the versioning
-//! state and version listing of buckets that keep one version per key.
+//! (configuration, preflights, and the headers on answers), lifecycle rules
+//! carried out (with seconds for days), and the versioning state and version
+//! listing of buckets that keep one version per key.
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, CorsConfiguration, CorsRule,
-    Tag, Tagging, TaggingDirective, VersioningConfiguration,
+    AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus,
+    CompletedMultipartUpload, CompletedPart, CorsConfiguration, CorsRule, ExpirationStatus,
+    LifecycleExpiration, LifecycleRule, LifecycleRuleAndOperator, LifecycleRuleFilter, Tag,
+    Tagging, TaggingDirective, Transition, TransitionStorageClass, VersioningConfiguration,
 };
 use aws_sdk_s3::Client;
 use cairn_it::raw::{send_raw, signed_request, Payload};
@@ -529,4 +532,242 @@ async fn unversioned_buckets_list_their_null_versions() {
         .send()
         .await;
     assert_eq!(code(r), "InvalidArgument");
+}
+
+fn rule(
+    id: &str,
+    filter: LifecycleRuleFilter,
+) -> aws_sdk_s3::types::builders::LifecycleRuleBuilder {
+    LifecycleRule::builder()
+        .id(id)
+        .status(ExpirationStatus::Enabled)
+        .filter(filter)
+}
+
+fn prefix(p: &str) -> LifecycleRuleFilter {
+    LifecycleRuleFilter::builder().prefix(p).build()
+}
+
+fn expire_after(days: i32) -> LifecycleExpiration {
+    LifecycleExpiration::builder().days(days).build()
+}
+
+async fn exists(c: &Client, b: &str, k: &str) -> bool {
+    c.head_object().bucket(b).key(k).send().await.is_ok()
+}
+
+#[tokio::test]
+async fn lifecycle_rules_expire_objects_and_abort_uploads() {
+    // A lifecycle day lasts a second here, and the worker runs every second.
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_LIFECYCLE_DAY", "1"), ("CAIRN_LIFECYCLE_EVERY", "1")],
+        ..NodeOptions::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket("life").send().await.unwrap();
+    let r = c
+        .get_bucket_lifecycle_configuration()
+        .bucket("life")
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchLifecycleConfiguration");
+
+    // Configurations AWS refuses are refused, whole.
+    let put = |rules: Vec<LifecycleRule>| {
+        c.put_bucket_lifecycle_configuration()
+            .bucket("life")
+            .lifecycle_configuration(
+                BucketLifecycleConfiguration::builder()
+                    .set_rules(Some(rules))
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+    };
+    let zero = rule("zero", prefix(""))
+        .expiration(expire_after(0))
+        .build()
+        .unwrap();
+    assert_eq!(code(put(vec![zero]).await), "InvalidArgument");
+    let noon = LifecycleExpiration::builder()
+        .date(aws_sdk_s3::primitives::DateTime::from_secs(
+            86_400 * 20_000 + 43_200,
+        ))
+        .build();
+    let noon = rule("noon", prefix("")).expiration(noon).build().unwrap();
+    assert_eq!(code(put(vec![noon]).await), "InvalidArgument");
+    let nothing = rule("nothing", prefix("")).build().unwrap();
+    assert_eq!(code(put(vec![nothing]).await), "InvalidArgument");
+    let tagged_abort = rule(
+        "tagged-abort",
+        LifecycleRuleFilter::builder()
+            .tag(Tag::builder().key("a").value("b").build().unwrap())
+            .build(),
+    )
+    .abort_incomplete_multipart_upload(
+        AbortIncompleteMultipartUpload::builder()
+            .days_after_initiation(1)
+            .build(),
+    )
+    .build()
+    .unwrap();
+    assert_eq!(code(put(vec![tagged_abort]).await), "InvalidArgument");
+    let glacier = rule("glacier", prefix(""))
+        .transitions(
+            Transition::builder()
+                .days(30)
+                .storage_class(TransitionStorageClass::Glacier)
+                .build(),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(code(put(vec![glacier]).await), "NotImplemented");
+    let twice = vec![
+        rule("same", prefix("a/"))
+            .expiration(expire_after(1))
+            .build()
+            .unwrap(),
+        rule("same", prefix("b/"))
+            .expiration(expire_after(1))
+            .build()
+            .unwrap(),
+    ];
+    assert_eq!(code(put(twice).await), "InvalidArgument");
+
+    for (key, tagging) in [
+        ("logs/1", None),
+        ("logs/2", None),
+        ("tmp/scratch", Some("class=scratch")),
+        ("tmp/kept", Some("class=final")),
+        ("later/x", None),
+        ("keep/y", None),
+    ] {
+        c.put_object()
+            .bucket("life")
+            .key(key)
+            .set_tagging(tagging.map(str::to_string))
+            .body(ByteStream::from(key.as_bytes().to_vec()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let up = c
+        .create_multipart_upload()
+        .bucket("life")
+        .key("uploads/big")
+        .send()
+        .await
+        .unwrap();
+
+    let scratch = LifecycleRuleFilter::builder()
+        .and(
+            LifecycleRuleAndOperator::builder()
+                .prefix("tmp/")
+                .tags(
+                    Tag::builder()
+                        .key("class")
+                        .value("scratch")
+                        .build()
+                        .unwrap(),
+                )
+                .build(),
+        )
+        .build();
+    let rules = vec![
+        rule("logs", prefix("logs/"))
+            .expiration(expire_after(2))
+            .build()
+            .unwrap(),
+        rule("scratch", scratch)
+            .expiration(expire_after(1))
+            .build()
+            .unwrap(),
+        rule("later", prefix("later/"))
+            .expiration(expire_after(100_000))
+            .build()
+            .unwrap(),
+        rule("uploads", prefix(""))
+            .abort_incomplete_multipart_upload(
+                AbortIncompleteMultipartUpload::builder()
+                    .days_after_initiation(1)
+                    .build(),
+            )
+            .build()
+            .unwrap(),
+        LifecycleRule::builder()
+            .id("off")
+            .status(ExpirationStatus::Disabled)
+            .filter(prefix("keep/"))
+            .expiration(expire_after(1))
+            .build()
+            .unwrap(),
+    ];
+    put(rules).await.unwrap();
+    let got = c
+        .get_bucket_lifecycle_configuration()
+        .bucket("life")
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = got.rules().iter().filter_map(|r| r.id()).collect();
+    assert_eq!(ids, ["logs", "scratch", "later", "uploads", "off"]);
+
+    // Within a few passes: what the rules select is gone, nothing else.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let uploads = c
+            .list_multipart_uploads()
+            .bucket("life")
+            .send()
+            .await
+            .unwrap();
+        let done = !exists(&c, "life", "logs/1").await
+            && !exists(&c, "life", "logs/2").await
+            && !exists(&c, "life", "tmp/scratch").await
+            && uploads.uploads().is_empty();
+        if done {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lifecycle did not act within 30 s: {}",
+            node.status()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    for key in ["tmp/kept", "later/x", "keep/y"] {
+        assert!(exists(&c, "life", key).await, "{key} was expired");
+    }
+    let r = c
+        .upload_part()
+        .bucket("life")
+        .key("uploads/big")
+        .upload_id(up.upload_id().unwrap())
+        .part_number(1)
+        .body(ByteStream::from_static(b"late"))
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchUpload");
+    let status = node.status();
+    assert!(
+        status["lifecycle"]["expired"].as_u64().unwrap() >= 3,
+        "{status}"
+    );
+    assert!(
+        status["lifecycle"]["aborted"].as_u64().unwrap() >= 1,
+        "{status}"
+    );
+
+    // Removed: nothing more expires.
+    c.delete_bucket_lifecycle()
+        .bucket("life")
+        .send()
+        .await
+        .unwrap();
+    let r = c
+        .get_bucket_lifecycle_configuration()
+        .bucket("life")
+        .send()
+        .await;
+    assert_eq!(code(r), "NoSuchLifecycleConfiguration");
 }

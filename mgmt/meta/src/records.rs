@@ -36,6 +36,53 @@ pub struct BucketRecord {
     /// The bucket's tags (S3 bucket tagging), by key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The bucket's lifecycle rules (S3 lifecycle configuration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lifecycle: Vec<LifecycleRule>,
+}
+
+/// One lifecycle rule of a bucket: which objects (prefix, tags, size) and what
+/// happens to them (expiry of the current version by age or date, abort of
+/// incomplete multipart uploads). The noncurrent-version and delete-marker
+/// actions are kept as given; they act on versions, which Cairn does not keep yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LifecycleRule {
+    pub id: String,
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+    /// Every one of these tags, with these values, must be on the object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_greater_than: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_less_than: Option<u64>,
+    /// Current objects expire this many days after they were written...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_days: Option<u32>,
+    /// ...or on this date (midnight UTC, milliseconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_date_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expired_delete_marker: bool,
+    /// Multipart uploads not completed this many days after they began are aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_incomplete_days: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noncurrent_days: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub newer_noncurrent_versions: Option<u32>,
+}
+
+impl LifecycleRule {
+    /// Whether the rule's filter takes an object with `key`, `size` and `tags`.
+    pub fn selects(&self, key: &str, size: u64, tags: &BTreeMap<String, String>) -> bool {
+        key.starts_with(&self.prefix)
+            && self.tags.iter().all(|(k, v)| tags.get(k) == Some(v))
+            && self.size_greater_than.is_none_or(|g| size > g)
+            && self.size_less_than.is_none_or(|l| size < l)
+    }
 }
 
 /// A change to a bucket's configuration (the subresources S3 sets one at a time).
@@ -46,6 +93,8 @@ pub enum BucketChange {
     Cors(Vec<CorsRule>),
     /// The bucket's tags (none: removed).
     Tags(BTreeMap<String, String>),
+    /// The lifecycle rules (none: removed).
+    Lifecycle(Vec<LifecycleRule>),
 }
 
 /// One CORS rule of a bucket, as S3's `CORSRule`.

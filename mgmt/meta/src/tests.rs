@@ -933,3 +933,49 @@ async fn bucket_changes_touch_one_part_and_survive_a_snapshot() {
     restored.import(&snapshot).unwrap();
     assert_eq!(restored.bucket("b").unwrap().unwrap(), b);
 }
+
+#[tokio::test]
+async fn a_delete_of_one_write_spares_a_newer_one_of_the_same_bytes() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    put(&s, "b", "k").await;
+    let found = s.object("b", "k").unwrap().unwrap();
+    // Written again: same bytes, same ETag, a later write.
+    s.apply(Mutation::PutObject {
+        bucket: "b".into(),
+        key: "k".into(),
+        record: ObjectRecord {
+            modified_ms: 5,
+            ..obj("e", 1)
+        },
+        cond: Precondition::default(),
+        written_in: None,
+    })
+    .await
+    .unwrap();
+    let cond = Precondition {
+        if_write: Some(WriteId::of(&found)),
+        ..Default::default()
+    };
+    let r = s
+        .apply(Mutation::DeleteObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            cond: cond.clone(),
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    assert!(s.object("b", "k").unwrap().is_some());
+    let now = s.object("b", "k").unwrap().unwrap();
+    s.apply(Mutation::DeleteObject {
+        bucket: "b".into(),
+        key: "k".into(),
+        cond: Precondition {
+            if_write: Some(WriteId::of(&now)),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    assert!(s.object("b", "k").unwrap().is_none());
+}

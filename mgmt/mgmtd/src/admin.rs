@@ -433,6 +433,23 @@ pub(crate) async fn status(State(app): State<App>) -> Result<Json<NodeStatus>, F
         aborted_uploads: s.aborted_uploads,
         bad_fragments: s.bad_fragments,
         scrub: Some(store.scrubber().status()),
+        lifecycle: Some({
+            let c = store.counters();
+            cairn_adminapi::LifecycleStatus {
+                expired: c
+                    .lifecycle_expired
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                aborted: c
+                    .lifecycle_aborted
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                passes: c
+                    .lifecycle_passes
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                last_pass_ms: c
+                    .lifecycle_last_pass_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            }
+        }),
         objects_protection: protection,
         alerts: app.node().sensors.alerts(),
     }))

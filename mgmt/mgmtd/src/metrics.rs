@@ -433,6 +433,16 @@ async fn store_figures(app: &App, store: &cairn_objects::ObjectStore, s: &mut Sn
             "Multipart uploads aborted for their age",
             &c.aborted_uploads,
         ),
+        (
+            "cairn_lifecycle_expired",
+            "Objects deleted by lifecycle expiration rules",
+            &c.lifecycle_expired,
+        ),
+        (
+            "cairn_lifecycle_aborted_uploads",
+            "Incomplete multipart uploads aborted by lifecycle rules",
+            &c.lifecycle_aborted,
+        ),
     ] {
         s.counter(name, help, vec![], v.load(Ordering::Relaxed));
     }

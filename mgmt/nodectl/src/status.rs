@@ -73,6 +73,14 @@ pub async fn show(target: &crate::cluster::Target, json: bool) -> Result<(), Nod
             p.fragments, p.bad, p.repaired, p.unrepaired
         );
     }
+    if let Some(l) = status.lifecycle.as_ref().filter(|l| l.passes > 0) {
+        println!(
+            "Lifecycle    {} objects expired, {} incomplete uploads aborted; last pass {}",
+            l.expired,
+            l.aborted,
+            crate::scrub::when(l.last_pass_ms as i64)
+        );
+    }
     println!();
     println!(
         "{:<6}{:<9}{:>11}{:>11}{:>9}  DEVICE",

@@ -21,6 +21,7 @@ mod commit;
 mod fabric;
 mod gc;
 mod health;
+mod lifecycle;
 mod pins;
 mod placement;
 mod ram;
@@ -33,6 +34,7 @@ mod write;
 pub use fabric::{Fabric, Route};
 pub use gc::GcConfig;
 pub use health::DriveHealth;
+pub use lifecycle::LifecyclePass;
 pub use placement::{place, Candidates, Landing};
 pub use ram::{GroupFigures, RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
@@ -127,6 +129,10 @@ pub struct StoreConfig {
     /// Multipart uploads older than this are aborted and their parts freed
     /// (`None`: kept until the client completes or aborts them).
     pub abandoned_upload_age: Option<std::time::Duration>,
+    /// How often the lifecycle worker runs, and how long a lifecycle rule's day
+    /// is (a day; shorter only to test rules in seconds).
+    pub lifecycle_every: std::time::Duration,
+    pub lifecycle_day: std::time::Duration,
     /// The scrubber's rate and schedule.
     pub scrub: ScrubConfig,
     /// The collector's schedule and pace.
@@ -160,6 +166,8 @@ impl StoreConfig {
             // MinIO's default for stale uploads; S3 itself keeps them until a
             // lifecycle rule says otherwise.
             abandoned_upload_age: Some(std::time::Duration::from_secs(24 * 3600)),
+            lifecycle_every: std::time::Duration::from_secs(3600),
+            lifecycle_day: std::time::Duration::from_secs(24 * 3600),
             scrub: ScrubConfig::default(),
             gc: GcConfig::default(),
             seal_root: true,
@@ -232,6 +240,12 @@ pub struct Counters {
     pub aborted_uploads: AtomicU64,
     /// Client reads and writes started (the scrubber slows down while it moves).
     pub foreground: AtomicU64,
+    /// Objects deleted and uploads aborted by lifecycle rules, the worker's
+    /// passes, and when the last one ran (ms since the epoch; 0: none yet).
+    pub lifecycle_expired: AtomicU64,
+    pub lifecycle_aborted: AtomicU64,
+    pub lifecycle_passes: AtomicU64,
+    pub lifecycle_last_pass_ms: AtomicU64,
 }
 
 /// User-visible attributes of an object, set at PUT.
@@ -462,14 +476,18 @@ impl ObjectStore {
         &self.health
     }
 
-    /// Starts the drive-health poller, the scrubber and the reaper of abandoned
-    /// uploads.
+    /// Starts the drive-health poller, the scrubber, the collector, the
+    /// lifecycle worker and the reaper of abandoned uploads.
     pub fn start_background(self: &Arc<Self>) {
         health::spawn_poller(self.health.clone(), self.chunks.clone());
         tokio::spawn(self.clone().scrub_loop());
         tokio::spawn(self.clone().watch_damage());
         tokio::spawn(self.clone().gc_loop());
         tokio::spawn(self.clone().ram_sweep());
+        tokio::spawn(
+            self.clone()
+                .lifecycle_loop(self.cfg.lifecycle_every, self.cfg.lifecycle_day),
+        );
         if let Some(age) = self.cfg.abandoned_upload_age {
             let me = self.clone();
             tokio::spawn(async move {

@@ -114,6 +114,14 @@ struct Args {
     /// aborted and its parts freed (0: never).
     #[arg(long, env = "CAIRN_ABORT_UPLOADS_AFTER", default_value_t = 24 * 3600)]
     abort_uploads_after: u64,
+    /// How often, in seconds, the lifecycle worker carries out the buckets'
+    /// lifecycle rules.
+    #[arg(long, env = "CAIRN_LIFECYCLE_EVERY", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    lifecycle_every: u64,
+    /// The length, in seconds, of a lifecycle rule's day: 86400, except to test
+    /// rules in seconds (a rule's "1 day" is then this long).
+    #[arg(long, env = "CAIRN_LIFECYCLE_DAY", default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    lifecycle_day: u64,
     /// Store the root key's new objects unencrypted (tenants choose at creation;
     /// by default everything is encrypted at rest).
     #[arg(long, env = "CAIRN_ROOT_PLAINTEXT")]
@@ -180,6 +188,14 @@ async fn main() -> std::process::ExitCode {
     }
     store.abandoned_upload_age = (args.abort_uploads_after > 0)
         .then(|| std::time::Duration::from_secs(args.abort_uploads_after));
+    store.lifecycle_every = std::time::Duration::from_secs(args.lifecycle_every);
+    store.lifecycle_day = std::time::Duration::from_secs(args.lifecycle_day);
+    if args.lifecycle_day != 86_400 {
+        tracing::warn!(
+            "a lifecycle day lasts {} s (--lifecycle-day): rules expire objects that much sooner",
+            args.lifecycle_day
+        );
+    }
     store.free_grace = std::time::Duration::from_secs(args.free_grace);
     store.seal_root = !args.root_plaintext;
     store.fair_slots = args.fair_slots;

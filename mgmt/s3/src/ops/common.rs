@@ -54,7 +54,7 @@ pub(super) fn precondition(
             ETagCondition::ETag(e) => e.value().to_string(),
         }),
         if_none_match_any: matches!(if_none_match, Some(ETagCondition::Any)),
-        if_meta: None,
+        ..Default::default()
     })
 }
 
