@@ -15,6 +15,9 @@ export CAIRN_ROOT_ACCESS_KEY=CAIRNCHECK$RANDOM$RANDOM
 export CAIRN_ROOT_SECRET_KEY=$(head -c 30 /dev/urandom | base64 | tr -d '/+=')
 export AWS_ACCESS_KEY_ID=$CAIRN_ROOT_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_ROOT_SECRET_KEY
 export AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+# A lifecycle day lasts a second on the node under check, so s3_services.py sees
+# its rules act (no other bucket here has rules).
+export CAIRN_LIFECYCLE_DAY=1 CAIRN_LIFECYCLE_EVERY=1
 fail() { echo "s3-check: FAILED: $*" >&2; exit 1; }
 aws_() { aws --endpoint-url "$endpoint" "$@"; }
 sup=""
@@ -110,7 +113,7 @@ echo "-- boto3"
 python3 ci/s3_check.py write "$endpoint" "$work/manifest"
 echo "-- minio-py"
 python3 ci/s3_check.py minio "$endpoint" "$work/manifest"
-echo "-- data services with boto3 (tagging, CORS, versions)"
+echo "-- data services with boto3 (tagging, CORS, lifecycle, versions)"
 python3 ci/s3_services.py "$endpoint"
 [[ -z "$(aws_ s3api get-bucket-versioning --bucket cli-check)" ]] || fail "aws s3api get-bucket-versioning"
 echo "  ok  aws s3api get-bucket-versioning: never enabled"

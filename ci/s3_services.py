@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """S3's data services driven by boto3 at its default settings, as a user would:
 object and bucket tagging, CORS (configured with boto3, then a browser's
-preflight and a cross-origin GET), and the versions API that backup and cleanup
+preflight and a cross-origin GET), lifecycle rules carried out, and the versions API that backup and cleanup
 tools walk (GetBucketVersioning, ListObjectVersions, emptying a bucket through
 its versions).
 
@@ -11,6 +11,7 @@ Credentials come from CAIRN_ROOT_ACCESS_KEY / CAIRN_ROOT_SECRET_KEY.
 """
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -115,6 +116,44 @@ def main(endpoint):
         and seen.get("access-control-expose-headers") == "ETag",
         "a cross-origin GET carries the rule's headers",
     )
+
+    # Lifecycle: the node under check counts a lifecycle day as a second
+    # (CAIRN_LIFECYCLE_DAY=1 in s3-check.sh), so a 2-day rule acts within seconds.
+    code = error_code(lambda: s3.get_bucket_lifecycle_configuration(Bucket=bucket))
+    check(code == "NoSuchLifecycleConfiguration", f"no lifecycle configuration yet: {code}")
+    bad = {"Rules": [{"ID": "zero", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 0}}]}
+    code = error_code(lambda: s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=bad))
+    check(code == "InvalidArgument", f"a rule of 0 days refused: {code}")
+    for key in ("tmp/a", "tmp/b"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"scratch")
+    s3.create_multipart_upload(Bucket=bucket, Key="tmp/upload")
+    s3.put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={
+            "Rules": [
+                {
+                    "ID": "scratch",
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": "tmp/"},
+                    "Expiration": {"Days": 2},
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+                }
+            ]
+        },
+    )
+    rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    check(rules[0]["ID"] == "scratch" and rules[0]["Expiration"]["Days"] == 2, "lifecycle rules kept")
+    deadline = time.time() + 30
+    while True:
+        left = s3.list_objects_v2(Bucket=bucket, Prefix="tmp/")["KeyCount"]
+        uploads = s3.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+        if left == 0 and not uploads:
+            break
+        if time.time() > deadline:
+            raise SystemExit(f"s3_services: FAILED: lifecycle left {left} objects and {len(uploads)} uploads")
+        time.sleep(0.5)
+    check(s3.head_object(Bucket=bucket, Key="report.csv")["ContentLength"] == 8, "lifecycle expired tmp/ and its upload, nothing else")
+    s3.delete_bucket_lifecycle(Bucket=bucket)
 
     # Versions, as tools walk them: never enabled, each key's one version listed
     # as `null`, and the bucket emptied through its versions.
