@@ -4,7 +4,7 @@
 # same data directory, and every object read back by hash.
 #
 #   ci/s3-check.sh [BIN_DIR]     (default target/release)
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-target/release}
 work=$(mktemp -d /tmp/cairn-s3check.XXXXXX)
@@ -23,10 +23,23 @@ aws_() { aws --endpoint-url "$endpoint" "$@"; }
 sup=""
 
 cleanup() {
+  local rc=$?
+  # A failed check says where, and shows what the node logged: a client's error
+  # alone (a dropped connection) does not tell what the server did.
+  if [[ $rc != 0 ]]; then
+    echo "s3-check: failed with exit $rc at line $failed_at: $failed_cmd" >&2
+    for f in "$work"/nodectl.log "$work"/data/logs/*.log; do
+      [[ -f $f ]] || continue
+      echo "---- last lines of $f" >&2
+      tail -n 40 "$f" >&2
+    done
+  fi
   [[ -n "$sup" ]] && kill -9 "$sup" 2>/dev/null || true
   pkill -9 -f "$work" 2>/dev/null || true
   rm -rf "$work"
 }
+failed_at="" failed_cmd=""
+trap 'failed_at="$LINENO (calls from lines ${BASH_LINENO[*]})" failed_cmd=$BASH_COMMAND' ERR
 trap cleanup EXIT
 
 start() {
