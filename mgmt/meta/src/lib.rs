@@ -673,6 +673,21 @@ impl MetaStore {
         Ok(out)
     }
 
+    /// Every tenant's bucket whose S3 name is `name` (see [`bucket_id`]); only
+    /// those records are read.
+    pub fn buckets_named(&self, name: &str) -> Result<Vec<(String, BucketRecord)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(BUCKETS)?;
+        let mut out = Vec::new();
+        for e in t.iter()? {
+            let (k, v) = e?;
+            if bucket_name(k.value()) == name {
+                out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+            }
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` objects in (bucket, key) order, strictly after `after`: a walk
     /// over every object (the scrubber's) that holds one page at a time.
     #[allow(clippy::type_complexity)]

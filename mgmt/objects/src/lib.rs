@@ -1186,9 +1186,8 @@ impl ObjectStore {
     pub fn cors_rules_named(&self, name: &str) -> Result<Vec<cairn_meta::CorsRule>, ObjectError> {
         Ok(self
             .meta
-            .buckets()?
+            .buckets_named(name)?
             .into_iter()
-            .filter(|(id, _)| cairn_meta::bucket_name(id) == name)
             .flat_map(|(_, b)| b.cors)
             .collect())
     }
