@@ -1197,16 +1197,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             user_meta,
         } => {
             need_bucket(&buckets, bucket)?;
-            let Some(old) = get_object(&objects, bucket, key)? else {
-                return Err(MetaError::NoSuchKey(key.clone()));
-            };
-            if WriteId::of(&old) != *of {
-                return Err(MetaError::PreconditionFailed);
-            }
             // Same size, same count: usage and quotas are untouched.
             let record = ObjectRecord {
                 user_meta: user_meta.clone(),
-                ..old
+                ..held_write(&objects, bucket, key, of)?
             };
             rewrite(&mut objects, bucket, key, record)
         }
@@ -1217,15 +1211,9 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             tags,
         } => {
             need_bucket(&buckets, bucket)?;
-            let Some(old) = get_object(&objects, bucket, key)? else {
-                return Err(MetaError::NoSuchKey(key.clone()));
-            };
-            if WriteId::of(&old) != *of {
-                return Err(MetaError::PreconditionFailed);
-            }
             let record = ObjectRecord {
                 tags: tags.clone(),
-                ..old
+                ..held_write(&objects, bucket, key, of)?
             };
             rewrite(&mut objects, bucket, key, record)
         }
@@ -1293,6 +1281,21 @@ fn unreferenced(old: Option<Vec<Extent>>, new: &[Extent]) -> Vec<Extent> {
         .into_iter()
         .filter(|e| !keep.contains(&e.id))
         .collect()
+}
+
+/// The object of `key` if it is still the write `of` names: NoSuchKey if there
+/// is none, PreconditionFailed if another write replaced it.
+fn held_write(
+    t: &redb::Table<(&str, &str), &[u8]>,
+    bucket: &str,
+    key: &str,
+    of: &WriteId,
+) -> Result<ObjectRecord, MetaError> {
+    match get_object(t, bucket, key)? {
+        None => Err(MetaError::NoSuchKey(key.to_string())),
+        Some(rec) if WriteId::of(&rec) != *of => Err(MetaError::PreconditionFailed),
+        Some(rec) => Ok(rec),
+    }
 }
 
 fn get_object(

@@ -1,7 +1,6 @@
 //! A bucket's configuration subresources: CORS rules and the versioning state.
 
 use super::CairnS3;
-use crate::error::to_s3;
 use cairn_meta::{BucketChange, CorsRule};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -44,10 +43,8 @@ pub(super) async fn put_bucket_cors(
     if let Some(why) = crate::cors::invalid(&rules) {
         return Err(s3_error!(InvalidRequest, "{why}"));
     }
-    s3.store
-        .change_bucket(tenant, &input.bucket, BucketChange::Cors(rules))
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(tenant, &input.bucket, BucketChange::Cors(rules))
+        .await?;
     Ok(S3Response::new(PutBucketCorsOutput {}))
 }
 
@@ -56,11 +53,7 @@ pub(super) async fn get_bucket_cors(
     req: S3Request<GetBucketCorsInput>,
 ) -> S3Result<S3Response<GetBucketCorsOutput>> {
     let tenant = s3.tenant(&req)?;
-    let b = s3
-        .store
-        .bucket(tenant, &req.input.bucket)
-        .await
-        .map_err(to_s3)?;
+    let b = s3.bucket(tenant, &req.input.bucket).await?;
     if b.cors.is_empty() {
         return Err(s3_error!(
             NoSuchCORSConfiguration,
@@ -77,10 +70,8 @@ pub(super) async fn delete_bucket_cors(
     req: S3Request<DeleteBucketCorsInput>,
 ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
-        .change_bucket(tenant, &req.input.bucket, BucketChange::Cors(Vec::new()))
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(tenant, &req.input.bucket, BucketChange::Cors(Vec::new()))
+        .await?;
     Ok(S3Response::new(DeleteBucketCorsOutput {}))
 }
 
@@ -92,10 +83,7 @@ pub(super) async fn get_bucket_versioning(
     req: S3Request<GetBucketVersioningInput>,
 ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
-        .bucket(tenant, &req.input.bucket)
-        .await
-        .map_err(to_s3)?;
+    s3.bucket(tenant, &req.input.bucket).await?;
     Ok(S3Response::new(GetBucketVersioningOutput::default()))
 }
 
@@ -107,10 +95,7 @@ pub(super) async fn put_bucket_versioning(
 ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    s3.store
-        .bucket(tenant, &input.bucket)
-        .await
-        .map_err(to_s3)?;
+    s3.bucket(tenant, &input.bucket).await?;
     let status = input.versioning_configuration.status;
     match status.as_ref().map(|s| s.as_str()) {
         Some(BucketVersioningStatus::SUSPENDED) => {

@@ -4,7 +4,6 @@
 
 use super::common::{timestamp, unix_secs};
 use super::CairnS3;
-use crate::error::to_s3;
 use cairn_meta::{BucketChange, LifecycleRule as Rule};
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3Request, S3Response, S3Result};
@@ -267,10 +266,8 @@ pub(super) async fn put_bucket_lifecycle_configuration(
         .into_iter()
         .map(|r| to_rule(r, &mut seen))
         .collect::<S3Result<Vec<Rule>>>()?;
-    s3.store
-        .change_bucket(tenant, &input.bucket, BucketChange::Lifecycle(rules))
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(tenant, &input.bucket, BucketChange::Lifecycle(rules))
+        .await?;
     Ok(S3Response::new(
         PutBucketLifecycleConfigurationOutput::default(),
     ))
@@ -281,11 +278,7 @@ pub(super) async fn get_bucket_lifecycle_configuration(
     req: S3Request<GetBucketLifecycleConfigurationInput>,
 ) -> S3Result<S3Response<GetBucketLifecycleConfigurationOutput>> {
     let tenant = s3.tenant(&req)?;
-    let b = s3
-        .store
-        .bucket(tenant, &req.input.bucket)
-        .await
-        .map_err(to_s3)?;
+    let b = s3.bucket(tenant, &req.input.bucket).await?;
     if b.lifecycle.is_empty() {
         return Err(s3_error!(
             NoSuchLifecycleConfiguration,
@@ -303,13 +296,11 @@ pub(super) async fn delete_bucket_lifecycle(
     req: S3Request<DeleteBucketLifecycleInput>,
 ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
-        .change_bucket(
-            tenant,
-            &req.input.bucket,
-            BucketChange::Lifecycle(Vec::new()),
-        )
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(
+        tenant,
+        &req.input.bucket,
+        BucketChange::Lifecycle(Vec::new()),
+    )
+    .await?;
     Ok(S3Response::new(DeleteBucketLifecycleOutput {}))
 }

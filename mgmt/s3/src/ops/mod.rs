@@ -38,6 +38,27 @@ impl CairnS3 {
         CairnS3 { store, keys }
     }
 
+    /// The tenant's bucket `name`, after a read barrier (NoSuchBucket if none).
+    async fn bucket(&self, tenant: u64, name: &str) -> S3Result<cairn_meta::BucketRecord> {
+        self.store
+            .bucket(tenant, name)
+            .await
+            .map_err(crate::error::to_s3)
+    }
+
+    /// Changes one part of the tenant's bucket's configuration.
+    async fn change_bucket(
+        &self,
+        tenant: u64,
+        name: &str,
+        change: cairn_meta::BucketChange,
+    ) -> S3Result<()> {
+        self.store
+            .change_bucket(tenant, name, change)
+            .await
+            .map_err(crate::error::to_s3)
+    }
+
     /// The tenant of an authenticated request. `s3s` has already verified the
     /// signature; anonymous requests are refused here (no public buckets yet).
     fn tenant<T>(&self, req: &S3Request<T>) -> S3Result<u64> {

@@ -182,11 +182,7 @@ pub(super) async fn get_bucket_tagging(
     req: S3Request<GetBucketTaggingInput>,
 ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
-    let b = s3
-        .store
-        .bucket(tenant, &req.input.bucket)
-        .await
-        .map_err(to_s3)?;
+    let b = s3.bucket(tenant, &req.input.bucket).await?;
     if b.tags.is_empty() {
         return Err(s3_error!(NoSuchTagSet, "The TagSet does not exist"));
     }
@@ -202,10 +198,8 @@ pub(super) async fn put_bucket_tagging(
     let tenant = s3.tenant(&req)?;
     let input = req.input;
     let tags = from_set(input.tagging.tag_set, MAX_BUCKET_TAGS, "Bucket")?;
-    s3.store
-        .change_bucket(tenant, &input.bucket, BucketChange::Tags(tags))
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(tenant, &input.bucket, BucketChange::Tags(tags))
+        .await?;
     Ok(S3Response::new(PutBucketTaggingOutput {}))
 }
 
@@ -214,14 +208,12 @@ pub(super) async fn delete_bucket_tagging(
     req: S3Request<DeleteBucketTaggingInput>,
 ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.store
-        .change_bucket(
-            tenant,
-            &req.input.bucket,
-            BucketChange::Tags(BTreeMap::new()),
-        )
-        .await
-        .map_err(to_s3)?;
+    s3.change_bucket(
+        tenant,
+        &req.input.bucket,
+        BucketChange::Tags(BTreeMap::new()),
+    )
+    .await?;
     Ok(S3Response::new(DeleteBucketTaggingOutput {}))
 }
 
