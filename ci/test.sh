@@ -9,8 +9,22 @@
 #
 #   ci/test.sh            everything (what CI runs)
 #   ci/test.sh --quick    skip fmt/clippy
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
+# Each stage is announced with the time so far; a failure names its stage last,
+# where a truncated log still shows it.
+STAGE="setup"
+stage() {
+  STAGE=$1
+  echo "== $1 (at ${SECONDS} s)"
+}
+ROOTFS_PID=""
+finish() {
+  local rc=$?
+  [[ -n $ROOTFS_PID ]] && kill "$ROOTFS_PID" 2>/dev/null
+  [[ $rc == 0 ]] || echo "== FAILED in stage \"$STAGE\" after ${SECONDS} s (exit $rc)" >&2
+}
+trap finish EXIT
 export CARGO_TERM_COLOR=never
 # A clean clone builds once: incremental state would only take disk (gigabytes).
 export CARGO_INCREMENTAL=0
@@ -19,36 +33,35 @@ export CARGO_INCREMENTAL=0
 ROOTFS_LOG=$(mktemp /tmp/cairn-rootfs.XXXXXX)
 image/build.sh --rootfs-only >"$ROOTFS_LOG" 2>&1 &
 ROOTFS_PID=$!
-trap 'kill $ROOTFS_PID 2>/dev/null || true' EXIT
 if [[ "${1:-}" != "--quick" ]]; then
-  echo "== cargo fmt --check"
+  stage "cargo fmt --check"
   cargo fmt --all -- --check
-  echo "== cargo clippy"
+  stage "cargo clippy"
   cargo clippy --workspace --all-targets -- -D warnings
 fi
-echo "== crate graph: the CLI reaches nodes through the admin-API crate, never by linking the daemon"
+stage "crate graph: the CLI reaches nodes through the admin-API crate, never by linking the daemon"
 # Captured first: `grep -q` in a pipe under pipefail can fail on cargo's SIGPIPE.
 tree=$(cargo tree -p cairn-nodectl -e normal --prefix none)
 if grep -q '^cairn-mgmtd ' <<<"$tree"; then
   echo "nodectl depends on cairn-mgmtd: use cairn-adminapi's client and cairn-credentials" >&2
   exit 1
 fi
-echo "== cargo build (binaries used by the end-to-end tests)"
+stage "cargo build (binaries used by the end-to-end tests)"
 cargo build --workspace --bins
-echo "== cargo test"
+stage "cargo test"
 # The end-to-end tests start real daemons; two test binaries at a time keeps
 # them inside what 2 cores can serve without time-outs.
 cargo test --workspace -- --test-threads=2
-echo "== release build and shell-level S3 check (aws CLI + boto3)"
+stage "release build and shell-level S3 check (aws CLI + boto3)"
 cargo build --release --bins
 ci/s3-check.sh target/release
-echo "== cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
+stage "cluster checks: kill -9 of two nodes under load, repair, replacement, drain (7 nodes); partition (6 nodes)"
 ci/cluster-check.sh target/release
-echo "== KV tier with the real clients: redis-cli, LMCache-like resp:// / redis-py / awscrt, redis-benchmark, tenants, node loss (3 nodes)"
+stage "KV tier with the real clients: redis-cli, LMCache-like resp:// / redis-py / awscrt, redis-benchmark, tenants, node loss (3 nodes)"
 ci/kv-check.sh target/release
-echo "== the KV tier under a memory cgroup: a write flood, no OOM kill, nothing acknowledged lost"
+stage "the KV tier under a memory cgroup: a write flood, no OOM kill, nothing acknowledged lost"
 ci/kv-memory-check.sh target/release
-echo "== history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
+stage "history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
 # mgmtd with its failpoints compiled in (the dev profile: the deps are built);
 # nodectl and datapathd as released.
 cargo build -p cairn-mgmtd --features failpoints
@@ -56,10 +69,10 @@ mkdir -p target/failpoints
 cp target/debug/mgmtd target/failpoints/
 cp target/release/nodectl target/release/datapathd target/failpoints/
 ci/cluster-check.sh --only history target/failpoints
-echo "== NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
+stage "NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
-echo "== firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
+stage "firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
 wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
 image/build.sh
 hwtests/run.sh --quick
-echo "== all checks passed"
+stage "all checks passed"
