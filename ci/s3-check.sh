@@ -153,6 +153,12 @@ puts = sum(s.value for s in fams["cairn_s3_requests"].samples
            if s.labels.get("op") == "PutObject" and s.labels.get("status") == "200")
 assert puts >= 10, f"PutObject 200s counted: {puts}"
 assert all(s.value == 1 for s in fams["cairn_drive_healthy"].samples)
+# The clients retry what fails in transit; the server's own failures must be none
+# (501 is a refusal of what Cairn does not do, which the clients here ask for).
+server_errors = {(s.labels.get("op"), s.labels.get("status")): s.value
+                 for s in fams["cairn_s3_requests"].samples
+                 if s.labels.get("status", "").startswith("5") and s.labels.get("status") != "501"}
+assert not server_errors, f"the node answered 5xx: {server_errors}"
 print(f"/metrics: {len(fams)} families, {int(puts)} PutObject answered 200")
 PY
 
