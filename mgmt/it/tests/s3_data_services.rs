@@ -110,6 +110,7 @@ async fn objects_and_buckets_keep_their_tags() {
         tag_set(&[("aws:reserved", "x")]),
         tag_set(&[("k", &"v".repeat(257))]),
         tag_set(&[("k", "<script>")]),
+        tag_set(&[("k", "tab\there")]),
         tag_set(&[("dup", "1"), ("dup", "2")]),
     ] {
         let r = c
@@ -173,6 +174,15 @@ async fn objects_and_buckets_keep_their_tags() {
         .await
         .unwrap();
     assert_eq!(tags(&c, "tags", "replaced").await, map(&[("fresh", "1")]));
+    let r = c
+        .copy_object()
+        .bucket("tags")
+        .key("odd")
+        .copy_source("tags/a")
+        .tagging_directive(TaggingDirective::from("FOO"))
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidArgument");
 
     // A multipart upload's tags are the completed object's.
     let up = c
@@ -473,6 +483,13 @@ async fn unversioned_buckets_list_their_null_versions() {
         .send()
         .await
         .unwrap();
+    let v = c
+        .get_bucket_versioning()
+        .bucket("vers")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v.status(), Some(&BucketVersioningStatus::Suspended));
     let r = c
         .put_bucket_versioning()
         .bucket("vers")
@@ -757,6 +774,54 @@ async fn lifecycle_rules_expire_objects_and_abort_uploads() {
         status["lifecycle"]["aborted"].as_u64().unwrap() >= 1,
         "{status}"
     );
+
+    // What GetBucketLifecycleConfiguration answers can be put back as it is
+    // (read-modify-write clients), filters of one condition included.
+    let one_tag = LifecycleRuleFilter::builder()
+        .tag(Tag::builder().key("class").value("tmp").build().unwrap())
+        .build();
+    let one_size = LifecycleRuleFilter::builder()
+        .object_size_greater_than(100)
+        .build();
+    put(vec![
+        rule("by-tag", one_tag)
+            .expiration(expire_after(100_000))
+            .build()
+            .unwrap(),
+        rule("by-size", one_size)
+            .expiration(expire_after(100_000))
+            .build()
+            .unwrap(),
+    ])
+    .await
+    .unwrap();
+    let got = c
+        .get_bucket_lifecycle_configuration()
+        .bucket("life")
+        .send()
+        .await
+        .unwrap();
+    put(got.rules().to_vec()).await.unwrap();
+    // Incomplete uploads are filtered by prefix only, as in AWS.
+    let sized_abort = rule(
+        "sized-abort",
+        LifecycleRuleFilter::builder()
+            .and(
+                LifecycleRuleAndOperator::builder()
+                    .prefix("keep/")
+                    .object_size_greater_than(1 << 40)
+                    .build(),
+            )
+            .build(),
+    )
+    .abort_incomplete_multipart_upload(
+        AbortIncompleteMultipartUpload::builder()
+            .days_after_initiation(1)
+            .build(),
+    )
+    .build()
+    .unwrap();
+    assert_eq!(code(put(vec![sized_abort]).await), "InvalidArgument");
 
     // Removed: nothing more expires.
     c.delete_bucket_lifecycle()

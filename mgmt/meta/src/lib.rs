@@ -331,6 +331,26 @@ pub enum Mutation {
         name: String,
         change: BucketChange,
     },
+    /// A lifecycle rule's action, found due by the lifecycle worker at `now_ms`
+    /// (days of `day_ms`). Checked again as it applies, against the bucket's
+    /// rules and the object or upload as they are then: a rule removed or
+    /// changed, a tag taken off, or a key written again since the worker looked
+    /// makes it [`MetaError::PreconditionFailed`], and nothing is deleted.
+    Expire {
+        bucket: String,
+        what: Expiry,
+        now_ms: i64,
+        day_ms: i64,
+    },
+}
+
+/// What a lifecycle rule ends.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Expiry {
+    /// The write `of` of `key`, the current object.
+    Object { key: String, of: WriteId },
+    /// An incomplete multipart upload.
+    Upload { upload_id: String },
 }
 
 /// Which write an object holds: the same bytes written twice are two writes (their
@@ -1026,13 +1046,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 return Ok(Applied::default());
             };
             check(cond, Some(&current), key)?;
-            usage::account(tx, &buckets, bucket, Delta::replacing(Some(&current), None))?;
-            objects.remove((bucket.as_str(), key.as_str()))?;
-            let freed = current.extents;
-            Ok(Applied {
-                freed,
-                object: None,
-            })
+            remove_object(tx, &buckets, &mut objects, bucket, key, current)
         }
         Mutation::CreateUpload {
             bucket,
@@ -1136,25 +1150,38 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
         }
         Mutation::AbortUpload { bucket, upload_id } => {
             need_bucket(&buckets, bucket)?;
-            let mut uploads = tx.open_table(UPLOADS)?;
-            if uploads
-                .remove((bucket.as_str(), upload_id.as_str()))?
-                .is_none()
-            {
-                return Err(MetaError::NoSuchUpload(upload_id.clone()));
+            abort_upload(tx, &buckets, bucket, upload_id)
+        }
+        Mutation::Expire {
+            bucket,
+            what,
+            now_ms,
+            day_ms,
+        } => {
+            let b: BucketRecord = match buckets.get(bucket.as_str())? {
+                Some(v) => serde_json::from_slice(v.value())?,
+                None => return Err(MetaError::NoSuchBucket(bucket.clone())),
+            };
+            match what {
+                Expiry::Object { key, of } => {
+                    let current = held_write(&objects, bucket, key, of)?;
+                    if !b
+                        .lifecycle
+                        .iter()
+                        .any(|r| r.expires(key, &current, *now_ms, *day_ms))
+                    {
+                        return Err(MetaError::PreconditionFailed);
+                    }
+                    remove_object(tx, &buckets, &mut objects, bucket, key, current)
+                }
+                Expiry::Upload { upload_id } => {
+                    let u = get_upload(tx, bucket, upload_id)?;
+                    if !b.lifecycle.iter().any(|r| r.aborts(&u, *now_ms, *day_ms)) {
+                        return Err(MetaError::PreconditionFailed);
+                    }
+                    abort_upload(tx, &buckets, bucket, upload_id)
+                }
             }
-            let mut parts = tx.open_table(PARTS)?;
-            let mut freed = Vec::new();
-            for (n, p) in read_parts(&parts, upload_id)? {
-                parts.remove((upload_id.as_str(), n))?;
-                freed.push(p.extent);
-            }
-            let held: u64 = freed.iter().map(|e| e.size).sum();
-            usage::account(tx, &buckets, bucket, Delta::bytes(-(held as i64)))?;
-            Ok(Applied {
-                freed,
-                object: None,
-            })
         }
         // Without a request id there is nothing to settle.
         Mutation::Fence => Ok(Applied::default()),
@@ -1226,6 +1253,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 BucketChange::Cors(rules) => b.cors = rules.clone(),
                 BucketChange::Tags(tags) => b.tags = tags.clone(),
                 BucketChange::Lifecycle(rules) => b.lifecycle = rules.clone(),
+                BucketChange::Versioning(v) => b.versioning = Some(*v),
             }
             buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;
             Ok(Applied::default())
@@ -1281,6 +1309,61 @@ fn unreferenced(old: Option<Vec<Extent>>, new: &[Extent]) -> Vec<Extent> {
         .into_iter()
         .filter(|e| !keep.contains(&e.id))
         .collect()
+}
+
+/// Removes the current object of `key`, `current`, and frees its extents.
+fn remove_object(
+    tx: &redb::WriteTransaction,
+    buckets: &redb::Table<&str, &[u8]>,
+    objects: &mut redb::Table<(&str, &str), &[u8]>,
+    bucket: &str,
+    key: &str,
+    current: ObjectRecord,
+) -> Result<Applied, MetaError> {
+    usage::account(tx, buckets, bucket, Delta::replacing(Some(&current), None))?;
+    objects.remove((bucket, key))?;
+    Ok(Applied {
+        freed: current.extents,
+        object: None,
+    })
+}
+
+fn get_upload(
+    tx: &redb::WriteTransaction,
+    bucket: &str,
+    upload_id: &str,
+) -> Result<UploadRecord, MetaError> {
+    let uploads = tx.open_table(UPLOADS)?;
+    let v = uploads.get((bucket, upload_id))?;
+    match v {
+        Some(v) => Ok(serde_json::from_slice(v.value())?),
+        None => Err(MetaError::NoSuchUpload(upload_id.to_string())),
+    }
+}
+
+/// Ends an upload and frees its parts.
+fn abort_upload(
+    tx: &redb::WriteTransaction,
+    buckets: &redb::Table<&str, &[u8]>,
+    bucket: &str,
+    upload_id: &str,
+) -> Result<Applied, MetaError> {
+    let mut uploads = tx.open_table(UPLOADS)?;
+    if uploads.remove((bucket, upload_id))?.is_none() {
+        return Err(MetaError::NoSuchUpload(upload_id.to_string()));
+    }
+    let mut parts = tx.open_table(PARTS)?;
+    let mut freed = Vec::new();
+    for (n, p) in read_parts(&parts, upload_id)? {
+        parts.remove((upload_id, n))?;
+        freed.push(p.extent);
+    }
+    let held: u64 = freed.iter().map(|e| e.size).sum();
+    usage::account(tx, buckets, bucket, Delta::bytes(-(held as i64)))?;
+    Ok(Applied {
+        freed,
+        object: None,
+    })
 }
 
 /// The object of `key` if it is still the write `of` names: NoSuchKey if there

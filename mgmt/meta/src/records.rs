@@ -39,6 +39,17 @@ pub struct BucketRecord {
     /// The bucket's lifecycle rules (S3 lifecycle configuration).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lifecycle: Vec<LifecycleRule>,
+    /// The versioning state S3 reports: none until versioning is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<Versioning>,
+}
+
+/// A bucket's versioning state, once configured. (Cairn keeps one version per
+/// key: only `Suspended`, which keeps the `null` version alone, is taken yet.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Versioning {
+    Suspended,
 }
 
 /// One lifecycle rule of a bucket: which objects (prefix, tags, size) and what
@@ -75,6 +86,17 @@ pub struct LifecycleRule {
     pub newer_noncurrent_versions: Option<u32>,
 }
 
+/// When something `days` lifecycle days after `since_ms` is due: S3 adds the
+/// days and rounds up to the next day boundary (midnight UTC for real days of
+/// `day_ms` = 86 400 000).
+pub fn lifecycle_due(since_ms: i64, days: u32, day_ms: i64) -> i64 {
+    let day_ms = day_ms.max(1);
+    let at = since_ms.saturating_add(day_ms.saturating_mul(days as i64));
+    at.div_euclid(day_ms)
+        .saturating_add((at.rem_euclid(day_ms) != 0) as i64)
+        .saturating_mul(day_ms)
+}
+
 impl LifecycleRule {
     /// Whether the rule's filter takes an object with `key`, `size` and `tags`.
     pub fn selects(&self, key: &str, size: u64, tags: &BTreeMap<String, String>) -> bool {
@@ -82,6 +104,26 @@ impl LifecycleRule {
             && self.tags.iter().all(|(k, v)| tags.get(k) == Some(v))
             && self.size_greater_than.is_none_or(|g| size > g)
             && self.size_less_than.is_none_or(|l| size < l)
+    }
+
+    /// Whether the rule, enabled, has expired the object `key` holds as `rec`
+    /// by `now_ms` (by its age in days of `day_ms`, or by its date).
+    pub fn expires(&self, key: &str, rec: &ObjectRecord, now_ms: i64, day_ms: i64) -> bool {
+        let by_age = self
+            .expiration_days
+            .is_some_and(|d| lifecycle_due(rec.modified_ms, d, day_ms) <= now_ms);
+        let by_date = self.expiration_date_ms.is_some_and(|d| d <= now_ms);
+        self.enabled && (by_age || by_date) && self.selects(key, rec.size, &rec.tags)
+    }
+
+    /// Whether the rule, enabled, aborts the multipart upload `u` by `now_ms`
+    /// (only a prefix may filter this action, as in S3).
+    pub fn aborts(&self, u: &UploadRecord, now_ms: i64, day_ms: i64) -> bool {
+        self.enabled
+            && u.key.starts_with(&self.prefix)
+            && self
+                .abort_incomplete_days
+                .is_some_and(|d| lifecycle_due(u.created_ms, d, day_ms) <= now_ms)
     }
 }
 
@@ -95,6 +137,8 @@ pub enum BucketChange {
     Tags(BTreeMap<String, String>),
     /// The lifecycle rules (none: removed).
     Lifecycle(Vec<LifecycleRule>),
+    /// The versioning state.
+    Versioning(Versioning),
 }
 
 /// One CORS rule of a bucket, as S3's `CORSRule`.

@@ -979,3 +979,104 @@ async fn a_delete_of_one_write_spares_a_newer_one_of_the_same_bytes() {
     .unwrap();
     assert!(s.object("b", "k").unwrap().is_none());
 }
+
+#[test]
+fn lifecycle_days_count_to_the_next_day_boundary() {
+    const DAY: i64 = 86_400_000;
+    // Written at 10:00 on day 3: one day later is day 4 10:00, rounded up to
+    // the start of day 5; written at midnight, exactly the days later.
+    assert_eq!(lifecycle_due(3 * DAY + 10 * 3_600_000, 1, DAY), 5 * DAY);
+    assert_eq!(lifecycle_due(3 * DAY, 2, DAY), 5 * DAY);
+    assert_eq!(lifecycle_due(1500, 2, 1000), 4000);
+    let rec = ObjectRecord {
+        modified_ms: 0,
+        ..obj("e", 10)
+    };
+    let by_age = LifecycleRule {
+        enabled: true,
+        expiration_days: Some(1),
+        ..Default::default()
+    };
+    assert!(!by_age.expires("k", &rec, DAY - 1, DAY));
+    assert!(by_age.expires("k", &rec, DAY, DAY));
+    let disabled = LifecycleRule {
+        enabled: false,
+        ..by_age.clone()
+    };
+    assert!(!disabled.expires("k", &rec, DAY, DAY));
+    let by_date = LifecycleRule {
+        enabled: true,
+        expiration_date_ms: Some(10 * DAY),
+        size_greater_than: Some(10),
+        ..Default::default()
+    };
+    assert!(
+        !by_date.expires("k", &rec, 10 * DAY, DAY),
+        "size 10 is not > 10"
+    );
+}
+
+#[tokio::test]
+async fn an_expiry_is_checked_again_against_the_rules_and_the_object_as_they_are() {
+    let (_d, s) = store();
+    mkbucket(&s, "b").await;
+    put(&s, "b", "k").await;
+    let rule = LifecycleRule {
+        id: "r".into(),
+        enabled: true,
+        tags: [("expire".to_string(), "yes".to_string())].into(),
+        expiration_days: Some(1),
+        ..Default::default()
+    };
+    let set_rules = |rules: Vec<LifecycleRule>| Mutation::ChangeBucket {
+        name: "b".into(),
+        change: BucketChange::Lifecycle(rules),
+    };
+    let rec = s.object("b", "k").unwrap().unwrap();
+    let tagged = [("expire".to_string(), "yes".to_string())].into();
+    s.apply(Mutation::ReplaceObjectTags {
+        bucket: "b".into(),
+        key: "k".into(),
+        of: WriteId::of(&rec),
+        tags: tagged,
+    })
+    .await
+    .unwrap();
+    let expire = || Mutation::Expire {
+        bucket: "b".into(),
+        what: Expiry::Object {
+            key: "k".into(),
+            of: WriteId::of(&rec),
+        },
+        now_ms: 10_000,
+        day_ms: 1000,
+    };
+    // No rule (removed after the worker looked): refused.
+    let r = s.apply(expire()).await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    // The rule, but the tag taken off: refused.
+    s.apply(set_rules(vec![rule.clone()])).await.unwrap();
+    s.apply(Mutation::ReplaceObjectTags {
+        bucket: "b".into(),
+        key: "k".into(),
+        of: WriteId::of(&rec),
+        tags: BTreeMap::new(),
+    })
+    .await
+    .unwrap();
+    let r = s.apply(expire()).await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    assert!(s.object("b", "k").unwrap().is_some());
+    // Tagged again and due: deleted, its extents freed.
+    s.apply(Mutation::ReplaceObjectTags {
+        bucket: "b".into(),
+        key: "k".into(),
+        of: WriteId::of(&rec),
+        tags: [("expire".to_string(), "yes".to_string())].into(),
+    })
+    .await
+    .unwrap();
+    let applied = s.apply(expire()).await.unwrap();
+    assert_eq!(applied.freed.len(), 1);
+    assert!(s.object("b", "k").unwrap().is_none());
+}

@@ -4,18 +4,21 @@
 //! midnight UTC) or the rule's date passes; a multipart upload not completed
 //! within a rule's days is aborted and its parts freed.
 //!
-//! A deletion names the very write found expired (`Precondition::if_write`), so
-//! a key written again meanwhile, even with the same bytes, keeps its new
-//! object. In a cluster every node runs the worker: a second deletion of the
-//! same write is refused harmlessly, as the reaper of abandoned uploads is.
+//! The worker only proposes: each deletion is a `Mutation::Expire` that the
+//! metadata checks again as it applies, against the bucket's rules and the
+//! object as they are then. A rule deleted or narrowed during a pass, a tag
+//! taken off, a key written again (even with the same bytes): the deletion is
+//! refused and nothing is lost. In a cluster every node runs the worker; a
+//! second deletion of the same write is refused just as harmlessly.
 
 use crate::{ObjectError, ObjectStore};
-use cairn_meta::{LifecycleRule, MetaError, Mutation, Precondition, WriteId};
+use cairn_meta::{Expiry, LifecycleRule, MetaError, Mutation, WriteId};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Objects read from the metadata at once by a pass.
+/// Objects read from the metadata at once by a pass (the bucket's rules are read
+/// again before each page).
 const PAGE: usize = 1000;
 
 /// What one pass did.
@@ -23,25 +26,6 @@ const PAGE: usize = 1000;
 pub struct LifecyclePass {
     pub expired: u64,
     pub aborted: u64,
-}
-
-/// When something `days` days older than `since_ms` is due: S3 adds the days and
-/// rounds up to the next day boundary (midnight UTC for real days).
-fn due(since_ms: i64, days: u32, day: Duration) -> i64 {
-    let day_ms = (day.as_millis() as i64).max(1);
-    let at = since_ms.saturating_add(day_ms.saturating_mul(days as i64));
-    at.div_euclid(day_ms)
-        .saturating_add((at.rem_euclid(day_ms) != 0) as i64)
-        .saturating_mul(day_ms)
-}
-
-/// Whether `rule` expires a current object written at `modified_ms`, by `now_ms`.
-fn expires(rule: &LifecycleRule, modified_ms: i64, now_ms: i64, day: Duration) -> bool {
-    let by_age = rule
-        .expiration_days
-        .is_some_and(|d| due(modified_ms, d, day) <= now_ms);
-    let by_date = rule.expiration_date_ms.is_some_and(|d| d <= now_ms);
-    by_age || by_date
 }
 
 impl ObjectStore {
@@ -53,17 +37,17 @@ impl ObjectStore {
         day: Duration,
     ) -> Result<LifecyclePass, ObjectError> {
         self.sync().await?;
+        let day_ms = (day.as_millis() as i64).max(1);
         let mut pass = LifecyclePass::default();
         for (bucket, b) in self.meta.buckets()? {
-            let rules: Vec<&LifecycleRule> = b.lifecycle.iter().filter(|r| r.enabled).collect();
-            if rules.is_empty() {
+            if !b.lifecycle.iter().any(|r| r.enabled) {
                 continue;
             }
             pass.expired += self
-                .expire_objects(&bucket, b.tenant, &rules, now_ms, day)
+                .expire_objects(&bucket, b.tenant, now_ms, day_ms)
                 .await?;
             pass.aborted += self
-                .abort_incomplete(&bucket, b.tenant, &rules, now_ms, day)
+                .abort_incomplete(&bucket, b.tenant, now_ms, day_ms)
                 .await?;
         }
         let c = &self.counters;
@@ -77,17 +61,56 @@ impl ObjectStore {
         Ok(pass)
     }
 
+    /// The bucket's enabled rules as the metadata has them now.
+    fn rules_now(&self, bucket: &str) -> Result<Vec<LifecycleRule>, ObjectError> {
+        Ok(self
+            .meta
+            .bucket(bucket)?
+            .map(|b| b.lifecycle.into_iter().filter(|r| r.enabled).collect())
+            .unwrap_or_default())
+    }
+
+    /// Proposes `what`; true if it applied, false if the metadata found it no
+    /// longer due (or already done).
+    async fn expire(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        what: Expiry,
+        now_ms: i64,
+        day_ms: i64,
+    ) -> Result<bool, ObjectError> {
+        let m = Mutation::Expire {
+            bucket: bucket.to_string(),
+            what,
+            now_ms,
+            day_ms,
+        };
+        match self.commit(tenant, m, Vec::new()).await {
+            Ok(_) => Ok(true),
+            Err(ObjectError::Meta(
+                MetaError::PreconditionFailed
+                | MetaError::NoSuchKey(_)
+                | MetaError::NoSuchUpload(_),
+            )) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn expire_objects(
         &self,
         bucket: &str,
         tenant: u64,
-        rules: &[&LifecycleRule],
         now_ms: i64,
-        day: Duration,
+        day_ms: i64,
     ) -> Result<u64, ObjectError> {
         let mut expired = 0;
         let mut after = String::new();
         loop {
+            let rules = self.rules_now(bucket)?;
+            if rules.is_empty() {
+                return Ok(expired);
+            }
             let page = self.meta.objects_after(Some((bucket, &after)), PAGE)?;
             let ours: Vec<_> = page
                 .into_iter()
@@ -99,30 +122,16 @@ impl ObjectStore {
             after = last.clone();
             let full = ours.len() == PAGE;
             for (_, key, rec) in ours {
-                let hit = rules.iter().any(|r| {
-                    r.selects(&key, rec.size, &rec.tags) && expires(r, rec.modified_ms, now_ms, day)
-                });
-                if !hit {
+                if !rules.iter().any(|r| r.expires(&key, &rec, now_ms, day_ms)) {
                     continue;
                 }
-                let m = Mutation::DeleteObject {
-                    bucket: bucket.to_string(),
+                let what = Expiry::Object {
                     key: key.clone(),
-                    cond: Precondition {
-                        if_write: Some(WriteId::of(&rec)),
-                        ..Default::default()
-                    },
+                    of: WriteId::of(&rec),
                 };
-                match self.commit(tenant, m, Vec::new()).await {
-                    Ok(_) => {
-                        expired += 1;
-                        tracing::info!(%bucket, %key, "lifecycle: expired");
-                    }
-                    // Written again, or deleted, since it was read: not this write.
-                    Err(ObjectError::Meta(
-                        MetaError::PreconditionFailed | MetaError::NoSuchKey(_),
-                    )) => {}
-                    Err(e) => return Err(e),
+                if self.expire(tenant, bucket, what, now_ms, day_ms).await? {
+                    expired += 1;
+                    tracing::info!(%bucket, %key, "lifecycle: expired");
                 }
             }
             if !full {
@@ -135,31 +144,21 @@ impl ObjectStore {
         &self,
         bucket: &str,
         tenant: u64,
-        rules: &[&LifecycleRule],
         now_ms: i64,
-        day: Duration,
+        day_ms: i64,
     ) -> Result<u64, ObjectError> {
+        let rules = self.rules_now(bucket)?;
         let mut aborted = 0;
         for (upload_id, u) in self.meta.uploads(bucket)? {
-            let hit = rules.iter().any(|r| {
-                u.key.starts_with(&r.prefix)
-                    && r.abort_incomplete_days
-                        .is_some_and(|d| due(u.created_ms, d, day) <= now_ms)
-            });
-            if !hit {
+            if !rules.iter().any(|r| r.aborts(&u, now_ms, day_ms)) {
                 continue;
             }
-            let m = Mutation::AbortUpload {
-                bucket: bucket.to_string(),
+            let what = Expiry::Upload {
                 upload_id: upload_id.clone(),
             };
-            match self.commit(tenant, m, Vec::new()).await {
-                Ok(_) => {
-                    aborted += 1;
-                    tracing::info!(%bucket, %upload_id, key = %u.key, "lifecycle: incomplete upload aborted");
-                }
-                Err(ObjectError::Meta(MetaError::NoSuchUpload(_))) => {}
-                Err(e) => return Err(e),
+            if self.expire(tenant, bucket, what, now_ms, day_ms).await? {
+                aborted += 1;
+                tracing::info!(%bucket, %upload_id, key = %u.key, "lifecycle: incomplete upload aborted");
             }
         }
         Ok(aborted)
@@ -175,49 +174,5 @@ impl ObjectStore {
                 tracing::warn!("lifecycle pass: {e}");
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const DAY: Duration = Duration::from_secs(86_400);
-    const DAY_MS: i64 = 86_400_000;
-
-    #[test]
-    fn days_count_to_the_next_midnight() {
-        // Written at 10:00 on day 3: one day later is day 4 10:00, rounded up to
-        // the start of day 5.
-        let written = 3 * DAY_MS + 10 * 3_600_000;
-        assert_eq!(due(written, 1, DAY), 5 * DAY_MS);
-        // Written exactly at midnight: exactly the days later.
-        assert_eq!(due(3 * DAY_MS, 2, DAY), 5 * DAY_MS);
-        // Short test days round the same way.
-        assert_eq!(due(1500, 2, Duration::from_secs(1)), 4000);
-    }
-
-    #[test]
-    fn a_rule_expires_by_age_or_by_date() {
-        let by_age = LifecycleRule {
-            enabled: true,
-            expiration_days: Some(1),
-            ..Default::default()
-        };
-        assert!(!expires(&by_age, 0, DAY_MS - 1, DAY));
-        assert!(expires(&by_age, 0, DAY_MS, DAY));
-        let by_date = LifecycleRule {
-            enabled: true,
-            expiration_date_ms: Some(10 * DAY_MS),
-            ..Default::default()
-        };
-        assert!(!expires(&by_date, 0, 10 * DAY_MS - 1, DAY));
-        assert!(expires(&by_date, 9 * DAY_MS, 10 * DAY_MS, DAY));
-        let neither = LifecycleRule {
-            enabled: true,
-            abort_incomplete_days: Some(1),
-            ..Default::default()
-        };
-        assert!(!expires(&neither, 0, i64::MAX, DAY));
     }
 }

@@ -30,6 +30,18 @@ pub(crate) fn invalid(rules: &[CorsRule]) -> Option<String> {
         ));
     }
     for r in rules {
+        let texts = r
+            .allowed_origins
+            .iter()
+            .chain(&r.allowed_headers)
+            .chain(&r.expose_headers)
+            .chain(&r.id);
+        if let Some(t) = texts
+            .into_iter()
+            .find(|t| t.chars().any(|c| c.is_control()))
+        {
+            return Some(format!("{t:?}: control characters are not allowed"));
+        }
         if r.allowed_origins.is_empty() || r.allowed_methods.is_empty() {
             return Some("each CORSRule needs an AllowedOrigin and an AllowedMethod".into());
         }
@@ -141,10 +153,43 @@ fn bucket_of<B>(req: &http::Request<B>, domains: &crate::Domains) -> Option<Stri
     (!first.is_empty()).then(|| first.to_string())
 }
 
+/// The CORS rules of every bucket of a name, as preflights read them: kept for a
+/// second, so a flood of preflights (unauthenticated, and as cheap to send as
+/// any request) costs a metadata read per bucket name per second, not one each.
+/// A change through this node is seen at once; through another, within a second.
+#[derive(Clone)]
+pub(crate) struct Named {
+    store: Arc<ObjectStore>,
+    cache: moka::sync::Cache<String, Arc<Vec<CorsRule>>>,
+}
+
+impl Named {
+    pub(crate) fn new(store: Arc<ObjectStore>) -> Named {
+        Named {
+            store,
+            cache: moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(std::time::Duration::from_secs(1))
+                .build(),
+        }
+    }
+
+    /// Drops what is kept for `bucket`: its rules changed through this node.
+    pub(crate) fn forget(&self, bucket: &str) {
+        self.cache.invalidate(bucket);
+    }
+
+    fn rules(&self, bucket: &str) -> Arc<Vec<CorsRule>> {
+        self.cache.get_with(bucket.to_string(), || {
+            Arc::new(self.store.cors_rules_named(bucket).unwrap_or_default())
+        })
+    }
+}
+
 /// The answer to a preflight (`OPTIONS`), or none for any other request.
 pub(crate) fn preflight<B>(
     req: &http::Request<B>,
-    store: &ObjectStore,
+    named: &Named,
     domains: &crate::Domains,
 ) -> Option<s3s::HttpResponse> {
     if req.method() != http::Method::OPTIONS {
@@ -183,7 +228,7 @@ pub(crate) fn preflight<B>(
     let Some(bucket) = bucket_of(req, domains) else {
         return Some(forbidden("CORS is not enabled for this bucket."));
     };
-    let rules = store.cors_rules_named(&bucket).unwrap_or_default();
+    let rules = named.rules(&bucket);
     if rules.is_empty() {
         return Some(forbidden("CORS is not enabled for this bucket."));
     }

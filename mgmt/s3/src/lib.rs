@@ -44,13 +44,16 @@ pub async fn serve(
     metrics: S3Metrics,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), S3FrontError> {
+    let named = cors::Named::new(store.clone());
     let front = Arc::new(Front {
         store: store.clone(),
+        cors: named.clone(),
         domains: domains.clone(),
         metrics,
     });
     let service = {
-        let mut b = s3s::service::S3ServiceBuilder::new(CairnS3::new(store.clone(), keys.clone()));
+        let mut b =
+            s3s::service::S3ServiceBuilder::new(CairnS3::new(store.clone(), keys.clone(), named));
         b.set_auth(keys.clone());
         b.set_access(auth::Access {
             keys,
@@ -109,6 +112,7 @@ pub async fn serve(
 /// What the request path around the S3 service needs.
 struct Front {
     store: Arc<ObjectStore>,
+    cors: cors::Named,
     domains: Domains,
     metrics: S3Metrics,
 }
@@ -136,7 +140,7 @@ async fn guarded(
     if origin.is_some() {
         req.extensions_mut().insert(reached.clone());
     }
-    let preflight = cors::preflight(&req, &front.store, &front.domains);
+    let preflight = cors::preflight(&req, &front.cors, &front.domains);
     if preflight.is_some() {
         let _ = op.set("PreflightCors".to_string());
     }
@@ -294,7 +298,8 @@ fn log_error(id: &str, method: &http::Method, path: &str, resp: &s3s::HttpRespon
     let status = resp.status().as_u16();
     let xml = resp.body().bytes().unwrap_or_default();
     let tag = |name: &str| xml_tag(&xml, name);
-    if status >= 500 {
+    // 501 is a refusal of what Cairn does not do, asked for by the client.
+    if status >= 500 && status != 501 {
         let (code, message) = (tag("Code"), tag("Message"));
         tracing::error!(request_id = id, %method, path, status, code, message, "S3 request failed");
     } else {

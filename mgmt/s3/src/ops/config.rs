@@ -1,7 +1,7 @@
 //! A bucket's configuration subresources: CORS rules and the versioning state.
 
 use super::CairnS3;
-use cairn_meta::{BucketChange, CorsRule};
+use cairn_meta::{BucketChange, CorsRule, Versioning};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
@@ -45,6 +45,7 @@ pub(super) async fn put_bucket_cors(
     }
     s3.change_bucket(tenant, &input.bucket, BucketChange::Cors(rules))
         .await?;
+    s3.cors.forget(&input.bucket);
     Ok(S3Response::new(PutBucketCorsOutput {}))
 }
 
@@ -72,23 +73,32 @@ pub(super) async fn delete_bucket_cors(
     let tenant = s3.tenant(&req)?;
     s3.change_bucket(tenant, &req.input.bucket, BucketChange::Cors(Vec::new()))
         .await?;
+    s3.cors.forget(&req.input.bucket);
     Ok(S3Response::new(DeleteBucketCorsOutput {}))
 }
 
-/// A bucket whose versioning was never enabled: S3 answers with no `Status`.
-/// (Cairn keeps one version of each object, S3's `null` version; enabling
-/// versioning is refused, see `put_bucket_versioning`.)
+/// No `Status` for a bucket whose versioning was never configured, as S3
+/// answers, else the state set. (Cairn keeps one version of each object, S3's
+/// `null` version; enabling versioning is refused, see `put_bucket_versioning`.)
 pub(super) async fn get_bucket_versioning(
     s3: &CairnS3,
     req: S3Request<GetBucketVersioningInput>,
 ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
     let tenant = s3.tenant(&req)?;
-    s3.bucket(tenant, &req.input.bucket).await?;
-    Ok(S3Response::new(GetBucketVersioningOutput::default()))
+    let b = s3.bucket(tenant, &req.input.bucket).await?;
+    Ok(S3Response::new(GetBucketVersioningOutput {
+        status: b.versioning.map(|v| match v {
+            Versioning::Suspended => {
+                BucketVersioningStatus::from_static(BucketVersioningStatus::SUSPENDED)
+            }
+        }),
+        ..Default::default()
+    }))
 }
 
-/// Suspending versioning on a bucket that never had it changes nothing, as in
-/// S3; enabling it is refused (501) until Cairn keeps versions.
+/// Suspending versioning keeps the `null` version alone, which is all Cairn
+/// keeps: taken, and reported from then on. Enabling it, or MFA delete, is
+/// refused (501) until Cairn keeps versions.
 pub(super) async fn put_bucket_versioning(
     s3: &CairnS3,
     req: S3Request<PutBucketVersioningInput>,
@@ -96,9 +106,18 @@ pub(super) async fn put_bucket_versioning(
     let tenant = s3.tenant(&req)?;
     let input = req.input;
     s3.bucket(tenant, &input.bucket).await?;
-    let status = input.versioning_configuration.status;
-    match status.as_ref().map(|s| s.as_str()) {
+    let conf = input.versioning_configuration;
+    if conf
+        .mfa_delete
+        .as_ref()
+        .is_some_and(|m| m.as_str() == MFADelete::ENABLED)
+    {
+        return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
+    }
+    match conf.status.as_ref().map(|s| s.as_str()) {
         Some(BucketVersioningStatus::SUSPENDED) => {
+            let change = BucketChange::Versioning(Versioning::Suspended);
+            s3.change_bucket(tenant, &input.bucket, change).await?;
             Ok(S3Response::new(PutBucketVersioningOutput {}))
         }
         Some(BucketVersioningStatus::ENABLED) => Err(s3_error!(

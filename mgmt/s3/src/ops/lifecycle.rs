@@ -84,7 +84,12 @@ fn to_rule(r: LifecycleRule, seen: &mut HashSet<String>) -> S3Result<Rule> {
             ))
         }
         (Some(p), None) => rule.prefix = p,
-        (None, None) => {}
+        (None, None) => {
+            return Err(s3_error!(
+                MalformedXML,
+                "a rule needs a Filter (or a Prefix)"
+            ))
+        }
         (None, Some(f)) => {
             let given = [
                 f.prefix.is_some(),
@@ -104,6 +109,13 @@ fn to_rule(r: LifecycleRule, seen: &mut HashSet<String>) -> S3Result<Rule> {
             rule.size_greater_than = size(f.object_size_greater_than)?;
             rule.size_less_than = size(f.object_size_less_than)?;
             if let Some(and) = f.and {
+                let any = and.prefix.is_some()
+                    || and.tags.as_ref().is_some_and(|t| !t.is_empty())
+                    || and.object_size_greater_than.is_some()
+                    || and.object_size_less_than.is_some();
+                if !any {
+                    return Err(s3_error!(MalformedXML, "And names no condition"));
+                }
                 rule.prefix = and.prefix.unwrap_or_default();
                 rule.tags = tags(and.tags)?;
                 rule.size_greater_than = size(and.object_size_greater_than)?;
@@ -150,6 +162,11 @@ fn to_rule(r: LifecycleRule, seen: &mut HashSet<String>) -> S3Result<Rule> {
         if !rule.tags.is_empty() {
             return Err(invalid(
                 "AbortIncompleteMultipartUpload cannot be specified with Tags",
+            ));
+        }
+        if rule.size_greater_than.is_some() || rule.size_less_than.is_some() {
+            return Err(invalid(
+                "AbortIncompleteMultipartUpload cannot be specified with Object Size",
             ));
         }
         rule.abort_incomplete_days = days(a.days_after_initiation, "DaysAfterInitiation")?;
@@ -206,8 +223,10 @@ fn from_rule(r: &Rule) -> LifecycleRule {
             ..Default::default()
         }
     } else {
+        // The one condition there is, as it was given (a prefix only when it is
+        // the condition, or there is none): the answer can be put back as is.
         LifecycleRuleFilter {
-            prefix: Some(r.prefix.clone()),
+            prefix: (conditions == 0 || !r.prefix.is_empty()).then(|| r.prefix.clone()),
             tag: tag_set.into_iter().next(),
             object_size_greater_than: r.size_greater_than.map(|v| v as i64),
             object_size_less_than: r.size_less_than.map(|v| v as i64),

@@ -25,6 +25,8 @@ use std::sync::Arc;
 pub struct CairnS3 {
     store: Arc<ObjectStore>,
     keys: Keys,
+    /// The preflights' view of CORS rules, told of this node's changes at once.
+    cors: crate::cors::Named,
 }
 
 impl std::fmt::Debug for CairnS3 {
@@ -34,8 +36,8 @@ impl std::fmt::Debug for CairnS3 {
 }
 
 impl CairnS3 {
-    pub fn new(store: Arc<ObjectStore>, keys: Keys) -> CairnS3 {
-        CairnS3 { store, keys }
+    pub(crate) fn new(store: Arc<ObjectStore>, keys: Keys, cors: crate::cors::Named) -> CairnS3 {
+        CairnS3 { store, keys, cors }
     }
 
     /// The tenant's bucket `name`, after a read barrier (NoSuchBucket if none).

@@ -434,7 +434,13 @@ pub(super) async fn copy_object(
     // Tags are copied unless `x-amz-tagging-directive: REPLACE` gives new ones.
     attrs.tags = match input.tagging_directive.as_ref().map(|d| d.as_str()) {
         Some(TaggingDirective::REPLACE) => super::tagging::from_header(input.tagging.as_deref())?,
-        _ => src.tags.clone(),
+        None | Some(TaggingDirective::COPY) => src.tags.clone(),
+        Some(other) => {
+            return Err(s3_error!(
+                InvalidArgument,
+                "Unknown tagging directive: {other}"
+            ))
+        }
     };
     // The copy is one piece: its checksum is a full-object one in the algorithm
     // asked for, else the source's (made anew from the bytes, as S3 does, so a

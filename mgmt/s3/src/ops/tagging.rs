@@ -26,7 +26,7 @@ const TRIES: usize = 5;
 /// The characters AWS allows in a tag: letters, digits and white space in any
 /// script, and `+ - = . _ : / @`.
 fn allowed(c: char) -> bool {
-    c.is_alphanumeric() || c.is_whitespace() || "+-=._:/@".contains(c)
+    c.is_alphanumeric() || (c.is_whitespace() && !c.is_control()) || "+-=._:/@".contains(c)
 }
 
 /// Checks tags as AWS does (S3's `InvalidTag`), at most `max` of them.
@@ -84,12 +84,14 @@ pub(super) fn from_header(header: Option<&str>) -> S3Result<BTreeMap<String, Str
 }
 
 fn from_set(set: TagSet, max: usize, what: &str) -> S3Result<BTreeMap<String, String>> {
-    checked(
-        set.into_iter()
-            .map(|t| (t.key.unwrap_or_default(), t.value.unwrap_or_default())),
-        max,
-        what,
-    )
+    let mut pairs = Vec::with_capacity(set.len());
+    for t in set {
+        match (t.key, t.value) {
+            (Some(k), Some(v)) => pairs.push((k, v)),
+            _ => return Err(s3_error!(MalformedXML, "each Tag needs a Key and a Value")),
+        }
+    }
+    checked(pairs, max, what)
 }
 
 fn to_set(tags: &BTreeMap<String, String>) -> TagSet {
@@ -239,6 +241,9 @@ mod tests {
         assert_eq!(code(from_header(Some("aws:x=1"))), "InvalidTag");
         assert_eq!(code(from_header(Some("=v"))), "InvalidTag");
         assert_eq!(code(from_header(Some("k=%3Cscript%3E"))), "InvalidTag");
+        assert_eq!(code(from_header(Some("k=a%09b"))), "InvalidTag", "a tab");
+        assert_eq!(code(from_header(Some("k%0A=v"))), "InvalidTag", "a newline");
+        assert!(from_header(Some("k=a%E2%80%83b")).is_ok(), "an em space");
         let long_key = "k".repeat(129);
         assert_eq!(
             code(from_header(Some(&format!("{long_key}=v")))),
