@@ -183,4 +183,8 @@ impl cairn_meta::MetaLog for Cluster {
     async fn barrier(&self) -> Result<(), MetaError> {
         Ok(self.read_barrier().await?)
     }
+
+    fn leads(&self) -> bool {
+        self.is_leader()
+    }
 }

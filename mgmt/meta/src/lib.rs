@@ -140,6 +140,12 @@ pub trait MetaLog: Send + Sync + std::fmt::Debug {
     async fn propose(&self, proposal: Proposal) -> Commit;
     /// Returns once local reads reflect every mutation acknowledged before the call.
     async fn barrier(&self) -> Result<(), MetaError>;
+    /// Whether this node leads the log now: background work that one node does
+    /// for all (the lifecycle worker) runs where this holds. A node on its own
+    /// always leads.
+    fn leads(&self) -> bool {
+        true
+    }
 }
 
 #[async_trait::async_trait]

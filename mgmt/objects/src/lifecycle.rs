@@ -8,8 +8,9 @@
 //! metadata checks again as it applies, against the bucket's rules and the
 //! object as they are then. A rule deleted or narrowed during a pass, a tag
 //! taken off, a key written again (even with the same bytes): the deletion is
-//! refused and nothing is lost. In a cluster every node runs the worker; a
-//! second deletion of the same write is refused just as harmlessly.
+//! refused and nothing is lost. In a cluster the Raft leader runs the passes;
+//! a second deletion of the same write (two nodes running a pass across a
+//! change of leader) is refused just as harmlessly.
 
 use crate::{ObjectError, ObjectStore};
 use cairn_meta::{Expiry, LifecycleRule, MetaError, Mutation, WriteId};
@@ -170,6 +171,12 @@ impl ObjectStore {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            // One node does it for the cluster: the leader, whose proposals are
+            // not forwarded. (Were two to run a pass at once through a change of
+            // leader, the metadata refuses each deletion after the first.)
+            if !self.log.leads() {
+                continue;
+            }
             if let Err(e) = self.lifecycle_pass(cairn_meta::now_ms(), day).await {
                 tracing::warn!("lifecycle pass: {e}");
             }
