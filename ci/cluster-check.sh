@@ -27,6 +27,8 @@ DATA=$(mktemp -d /tmp/cairn-cluster-check.XXXXXX)
 # Collector rounds every 20 s (an hour by default), so the check can wait out the
 # two epochs garbage must age before it is taken.
 export CAIRN_GC_EVERY=20
+# A lifecycle rule's day lasts a second here (the lifecycle step of the check).
+export CAIRN_LIFECYCLE_DAY=1 CAIRN_LIFECYCLE_EVERY=1
 export CAIRN_ROOT_ACCESS_KEY="AKCI$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 export CAIRN_ROOT_SECRET_KEY="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 # A loopback range of its own, so this run never meets another cluster.

@@ -331,6 +331,7 @@ def main():
     scrub_check(c, nodes)
     resp_check(nodes, key, secret)
     gc_check(c, nodes)
+    lifecycle_check(c, nodes, clients)
     read_all([n["node"] for n in nodes], "after the collector")
     stop_drains_check(c, nodes, clients, bucket, a.protect_timeout)
 
@@ -557,6 +558,44 @@ def gc_check(c, nodes, timeout=180):
     print(f"collector: {first} unreferenced chunks at the first round, {deleted} deleted by "
           f"the collectors since their start, none left on {len(nodes)} nodes "
           f"({time.time()-t:.1f} s)", flush=True)
+
+
+def lifecycle_check(c, nodes, clients, timeout=90):
+    """A lifecycle rule carried out for the cluster (CAIRN_LIFECYCLE_DAY=1 on this
+    cluster: a rule's day is a second): what it selects expires, nothing else, and
+    each expiry is done once (the leader runs the passes; a second proposal of the
+    same deletion would be refused, and is not counted)."""
+    bucket = "lc-%d" % random.randrange(1 << 30)
+    ids = [n["node"] for n in nodes]
+    clients[ids[0]].create_bucket(Bucket=bucket)
+    for i, node in enumerate(ids):
+        for prefix in ("lc/", "keep/"):
+            clients[node].put_object(Bucket=bucket, Key=f"{prefix}{i}", Body=f"{prefix}{i}".encode())
+    before = sum(node_status(c, n)["lifecycle"]["expired"] for n in ids)
+    clients[ids[-1]].put_bucket_lifecycle_configuration(
+        Bucket=bucket,
+        LifecycleConfiguration={"Rules": [{"ID": "lc", "Status": "Enabled", "Filter": {"Prefix": "lc/"},
+                                           "Expiration": {"Days": 1}}]})
+    t = time.time()
+    while clients[ids[1]].list_objects_v2(Bucket=bucket, Prefix="lc/")["KeyCount"]:
+        if time.time() - t > timeout:
+            sys.exit(f"FAIL: lifecycle: lc/ objects left {timeout} s after the rule")
+        time.sleep(1)
+    kept = clients[ids[2]].list_objects_v2(Bucket=bucket, Prefix="keep/")["KeyCount"]
+    if kept != len(ids):
+        sys.exit(f"FAIL: lifecycle: {kept} of {len(ids)} keep/ objects left")
+    expired = sum(node_status(c, n)["lifecycle"]["expired"] for n in ids) - before
+    if expired != len(ids):
+        sys.exit(f"FAIL: lifecycle: {expired} expiries counted across the nodes, {len(ids)} objects")
+    for k in range(len(ids)):
+        clients[ids[0]].delete_object(Bucket=bucket, Key=f"keep/{k}")
+    clients[ids[0]].delete_bucket(Bucket=bucket)
+    print(f"lifecycle: {len(ids)} objects expired once each by the cluster, "
+          f"{len(ids)} others kept ({time.time()-t:.1f} s)", flush=True)
+
+
+def node_status(c, node):
+    return json.loads(sh(c.nodectl, "status", "--json", "--data", c.data, "--node", str(node)))
 
 
 def scrub_check(c, nodes):
