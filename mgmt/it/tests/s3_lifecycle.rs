@@ -205,6 +205,16 @@ async fn lifecycle_rules_expire_objects_and_abort_uploads() {
         .build()
         .unwrap();
     assert_eq!(code(put(vec![glacier]).await), "NotImplemented");
+    let tab_tag = rule(
+        "tab",
+        LifecycleRuleFilter::builder()
+            .tag(Tag::builder().key("k").value("a\tb").build().unwrap())
+            .build(),
+    )
+    .expiration(expire_after(1))
+    .build()
+    .unwrap();
+    assert_eq!(code(put(vec![tab_tag]).await), "InvalidTag");
     let twice = vec![
         rule("same", prefix("a/"))
             .expiration(expire_after(1))

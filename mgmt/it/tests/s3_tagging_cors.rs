@@ -447,4 +447,47 @@ async fn cors_rules_answer_preflights_and_requests() {
     )
     .await;
     assert_eq!(r.status, 403, "{}", r.text);
+
+    // A bucket deleted with its rules: its preflights are refused at once.
+    let any = CorsConfiguration::builder()
+        .cors_rules(
+            CorsRule::builder()
+                .allowed_origins("*")
+                .allowed_methods("GET")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    c.create_bucket().bucket("gone").send().await.unwrap();
+    c.put_bucket_cors()
+        .bucket("gone")
+        .cors_configuration(any)
+        .send()
+        .await
+        .unwrap();
+    let ask = preflight(&node, "/gone/x", "https://app.example.com", "GET", "");
+    assert_eq!(send_raw(&node, &ask).await.status, 200);
+    c.delete_bucket().bucket("gone").send().await.unwrap();
+    assert_eq!(send_raw(&node, &ask).await.status, 403);
+
+    // Values go into response headers: printable ASCII only.
+    let accented = CorsConfiguration::builder()
+        .cors_rules(
+            CorsRule::builder()
+                .allowed_origins("*")
+                .allowed_methods("GET")
+                .expose_headers("x-é")
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let r = c
+        .put_bucket_cors()
+        .bucket("web")
+        .cors_configuration(accented)
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidRequest");
 }

@@ -39,7 +39,7 @@ pub use usage::{Quota, Usage};
 
 use md5::{Digest, Md5};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -699,16 +699,24 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// Every tenant's bucket whose S3 name is `name` (see [`bucket_id`]); only
-    /// those records are read.
-    pub fn buckets_named(&self, name: &str) -> Result<Vec<(String, BucketRecord)>, MetaError> {
+    /// The CORS rules of every bucket that has any, by S3 name (every tenant's
+    /// bucket of a name together, see [`bucket_id`]). Only the records that
+    /// hold rules are parsed.
+    pub fn cors_by_name(&self) -> Result<HashMap<String, Vec<CorsRule>>, MetaError> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(BUCKETS)?;
-        let mut out = Vec::new();
+        let mut out: HashMap<String, Vec<CorsRule>> = HashMap::new();
         for e in t.iter()? {
             let (k, v) = e?;
-            if bucket_name(k.value()) == name {
-                out.push((k.value().to_string(), serde_json::from_slice(v.value())?));
+            // Serialised only when there are rules (`skip_serializing_if`).
+            if !v.value().windows(7).any(|w| w == b"\"cors\":") {
+                continue;
+            }
+            let b: BucketRecord = serde_json::from_slice(v.value())?;
+            if !b.cors.is_empty() {
+                out.entry(bucket_name(k.value()).to_string())
+                    .or_default()
+                    .extend(b.cors);
             }
         }
         Ok(out)

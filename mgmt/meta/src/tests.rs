@@ -1080,3 +1080,43 @@ async fn an_expiry_is_checked_again_against_the_rules_and_the_object_as_they_are
     assert_eq!(applied.freed.len(), 1);
     assert!(s.object("b", "k").unwrap().is_none());
 }
+
+#[tokio::test]
+async fn cors_rules_are_gathered_by_name_across_tenants() {
+    let (_d, s) = store();
+    mkbucket(&s, "web").await;
+    mkbucket(&s, "plain").await;
+    s.apply(Mutation::CreateBucket {
+        name: bucket_id(7, "web"),
+        record: BucketRecord {
+            tenant: 7,
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap();
+    let rule = |o: &str| CorsRule {
+        allowed_origins: vec![o.into()],
+        allowed_methods: vec!["GET".into()],
+        ..Default::default()
+    };
+    for (name, origin) in [
+        ("web".to_string(), "https://a"),
+        (bucket_id(7, "web"), "https://b"),
+    ] {
+        s.apply(Mutation::ChangeBucket {
+            name,
+            change: BucketChange::Cors(vec![rule(origin)]),
+        })
+        .await
+        .unwrap();
+    }
+    let by_name = s.cors_by_name().unwrap();
+    assert_eq!(by_name.len(), 1, "plain has no rules: {by_name:?}");
+    let mut origins: Vec<String> = by_name["web"]
+        .iter()
+        .flat_map(|r| r.allowed_origins.clone())
+        .collect();
+    origins.sort();
+    assert_eq!(origins, ["https://a", "https://b"]);
+}

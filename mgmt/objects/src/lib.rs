@@ -1180,16 +1180,11 @@ impl ObjectStore {
         self.sync().await
     }
 
-    /// The CORS rules of every bucket named `name`, whichever tenant owns it, as
-    /// this node's metadata has them (no read barrier): a browser's preflight
-    /// carries no credentials, so it names a bucket but no tenant.
-    pub fn cors_rules_named(&self, name: &str) -> Result<Vec<cairn_meta::CorsRule>, ObjectError> {
-        Ok(self
-            .meta
-            .buckets_named(name)?
-            .into_iter()
-            .flat_map(|(_, b)| b.cors)
-            .collect())
+    /// The CORS rules of every bucket that has any, by S3 name, as this node's
+    /// metadata has them (no read barrier): a browser's preflight carries no
+    /// credentials, so it names a bucket but no tenant.
+    pub fn cors_by_name(&self) -> Result<HashMap<String, Vec<cairn_meta::CorsRule>>, ObjectError> {
+        Ok(self.meta.cors_by_name()?)
     }
 
     /// The CORS rules of the tenant's bucket `name` (none when it has none or

@@ -12,6 +12,7 @@
 
 use cairn_meta::CorsRule;
 use cairn_objects::ObjectStore;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 /// AWS's limits on a CORS configuration.
@@ -38,9 +39,11 @@ pub(crate) fn invalid(rules: &[CorsRule]) -> Option<String> {
             .chain(&r.id);
         if let Some(t) = texts
             .into_iter()
-            .find(|t| t.chars().any(|c| c.is_control()))
+            .find(|t| t.chars().any(|c| c.is_control() || !c.is_ascii()))
         {
-            return Some(format!("{t:?}: control characters are not allowed"));
+            return Some(format!(
+                "{t:?}: only printable ASCII is allowed (values go into response headers)"
+            ));
         }
         if r.allowed_origins.is_empty() || r.allowed_methods.is_empty() {
             return Some("each CORSRule needs an AllowedOrigin and an AllowedMethod".into());
@@ -153,14 +156,15 @@ fn bucket_of<B>(req: &http::Request<B>, domains: &crate::Domains) -> Option<Stri
     (!first.is_empty()).then(|| first.to_string())
 }
 
-/// The CORS rules of every bucket of a name, as preflights read them: kept for a
-/// second, so a flood of preflights (unauthenticated, and as cheap to send as
-/// any request) costs a metadata read per bucket name per second, not one each.
+/// The CORS rules of every bucket, by name, as preflights read them: one map,
+/// made again at most once a second, so a flood of preflights (unauthenticated,
+/// and as cheap to send as any request) costs one read of the bucket table per
+/// second, whatever names it asks for; a name without rules is a miss in memory.
 /// A change through this node is seen at once; through another, within a second.
 #[derive(Clone)]
 pub(crate) struct Named {
     store: Arc<ObjectStore>,
-    cache: moka::sync::Cache<String, Arc<Vec<CorsRule>>>,
+    cache: moka::sync::Cache<(), Arc<HashMap<String, Vec<CorsRule>>>>,
 }
 
 impl Named {
@@ -168,21 +172,23 @@ impl Named {
         Named {
             store,
             cache: moka::sync::Cache::builder()
-                .max_capacity(10_000)
+                .max_capacity(1)
                 .time_to_live(std::time::Duration::from_secs(1))
                 .build(),
         }
     }
 
-    /// Drops what is kept for `bucket`: its rules changed through this node.
-    pub(crate) fn forget(&self, bucket: &str) {
-        self.cache.invalidate(bucket);
+    /// Drops the map: a bucket's rules changed, or a bucket went, through this
+    /// node.
+    pub(crate) fn forget(&self) {
+        self.cache.invalidate_all();
     }
 
-    fn rules(&self, bucket: &str) -> Arc<Vec<CorsRule>> {
-        self.cache.get_with(bucket.to_string(), || {
-            Arc::new(self.store.cors_rules_named(bucket).unwrap_or_default())
-        })
+    fn rules(&self, bucket: &str) -> Vec<CorsRule> {
+        let all = self.cache.get_with((), || {
+            Arc::new(self.store.cors_by_name().unwrap_or_default())
+        });
+        all.get(bucket).cloned().unwrap_or_default()
     }
 }
 

@@ -175,9 +175,11 @@ fn parse_ec(s: &str) -> Result<(u8, u8), String> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    // s3s logs every error answer at ERROR, a client's NoSuchKey included; the
-    // S3 front end logs them itself, with the request id, at their level.
-    cairn_sysutil::logging::init("info,s3s::ops=off");
+    // s3s logs every error answer at ERROR, a client's NoSuchKey included, every
+    // 5xx again (501 refusals too), and a malformed XML body whole; the S3 front
+    // end logs them itself, once, with the request id, at their level, and
+    // without the client's bytes.
+    cairn_sysutil::logging::init("info,s3s::ops=off,s3s::service=off,s3s::http=off");
     let args = Args::parse();
     let mut store = StoreConfig::for_drives(args.drives);
     if let Some(ec) = args.ec {

@@ -54,6 +54,8 @@ pub(super) async fn delete_bucket(
         .delete_bucket(tenant, &req.input.bucket)
         .await
         .map_err(to_s3)?;
+    // Its CORS rules, if any, must not answer preflights any more.
+    s3.cors.forget();
     Ok(S3Response::new(DeleteBucketOutput {}))
 }
 

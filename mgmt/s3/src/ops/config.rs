@@ -45,7 +45,7 @@ pub(super) async fn put_bucket_cors(
     }
     s3.change_bucket(tenant, &input.bucket, BucketChange::Cors(rules))
         .await?;
-    s3.cors.forget(&input.bucket);
+    s3.cors.forget();
     Ok(S3Response::new(PutBucketCorsOutput {}))
 }
 
@@ -73,7 +73,7 @@ pub(super) async fn delete_bucket_cors(
     let tenant = s3.tenant(&req)?;
     s3.change_bucket(tenant, &req.input.bucket, BucketChange::Cors(Vec::new()))
         .await?;
-    s3.cors.forget(&req.input.bucket);
+    s3.cors.forget();
     Ok(S3Response::new(DeleteBucketCorsOutput {}))
 }
 

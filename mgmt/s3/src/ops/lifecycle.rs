@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 
 const MAX_RULES: usize = 1000;
 const MAX_ID: usize = 255;
+/// An object carries at most 10 tags, so a filter needs no more.
+const MAX_FILTER_TAGS: usize = 10;
 
 fn invalid(why: impl std::fmt::Display) -> S3Error {
     s3_error!(InvalidArgument, "{why}")
@@ -32,15 +34,10 @@ fn size(v: Option<i64>) -> S3Result<Option<u64>> {
         .transpose()
 }
 
+/// A filter's tags, checked as object tags are (a filter's tags can only
+/// match what an object may carry).
 fn tags(set: Option<TagSet>) -> S3Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    for t in set.unwrap_or_default() {
-        let (k, v) = (t.key.unwrap_or_default(), t.value.unwrap_or_default());
-        if k.is_empty() || out.insert(k, v).is_some() {
-            return Err(invalid("a filter's tags need distinct, non-empty keys"));
-        }
-    }
-    Ok(out)
+    super::tagging::from_set(set.unwrap_or_default(), MAX_FILTER_TAGS, "Filter")
 }
 
 /// One rule of a configuration, checked.

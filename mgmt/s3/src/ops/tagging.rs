@@ -30,7 +30,7 @@ fn allowed(c: char) -> bool {
 }
 
 /// Checks tags as AWS does (S3's `InvalidTag`), at most `max` of them.
-fn checked<I>(tags: I, max: usize, what: &str) -> S3Result<BTreeMap<String, String>>
+pub(super) fn checked<I>(tags: I, max: usize, what: &str) -> S3Result<BTreeMap<String, String>>
 where
     I: IntoIterator<Item = (String, String)>,
 {
@@ -83,7 +83,8 @@ pub(super) fn from_header(header: Option<&str>) -> S3Result<BTreeMap<String, Str
     checked(pairs, MAX_OBJECT_TAGS, "Object")
 }
 
-fn from_set(set: TagSet, max: usize, what: &str) -> S3Result<BTreeMap<String, String>> {
+/// The tags of an XML tag set, checked: each needs a Key and a Value.
+pub(super) fn from_set(set: TagSet, max: usize, what: &str) -> S3Result<BTreeMap<String, String>> {
     let mut pairs = Vec::with_capacity(set.len());
     for t in set {
         match (t.key, t.value) {
