@@ -199,20 +199,12 @@ pub struct Precondition {
     /// deletes only the write that carried the expiry it found passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub if_meta: Option<(String, String)>,
-    /// The current object must be this very write: the lifecycle's expiry
-    /// deletes only the write it found expired, never a newer one of the same
-    /// bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub if_write: Option<WriteId>,
 }
 
 impl Precondition {
     /// No condition at all.
     pub fn is_none(&self) -> bool {
-        self.if_match.is_none()
-            && !self.if_none_match_any
-            && self.if_meta.is_none()
-            && self.if_write.is_none()
+        self.if_match.is_none() && !self.if_none_match_any && self.if_meta.is_none()
     }
 }
 
@@ -1418,13 +1410,6 @@ fn check(cond: &Precondition, current: Option<&ObjectRecord>, key: &str) -> Resu
             Some(cur) if want != "*" && want.trim_matches('"') != cur.etag => {
                 return Err(MetaError::PreconditionFailed)
             }
-            Some(_) => {}
-        }
-    }
-    if let Some(want) = &cond.if_write {
-        match current {
-            None => return Err(MetaError::NoSuchKey(key.to_string())),
-            Some(cur) if WriteId::of(cur) != *want => return Err(MetaError::PreconditionFailed),
             Some(_) => {}
         }
     }

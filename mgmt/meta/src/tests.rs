@@ -935,9 +935,20 @@ async fn bucket_changes_touch_one_part_and_survive_a_snapshot() {
 }
 
 #[tokio::test]
-async fn a_delete_of_one_write_spares_a_newer_one_of_the_same_bytes() {
+async fn an_expiry_spares_a_newer_write_of_the_same_bytes() {
     let (_d, s) = store();
     mkbucket(&s, "b").await;
+    s.apply(Mutation::ChangeBucket {
+        name: "b".into(),
+        change: BucketChange::Lifecycle(vec![LifecycleRule {
+            id: "all".into(),
+            enabled: true,
+            expiration_days: Some(1),
+            ..Default::default()
+        }]),
+    })
+    .await
+    .unwrap();
     put(&s, "b", "k").await;
     let found = s.object("b", "k").unwrap().unwrap();
     // Written again: same bytes, same ETag, a later write.
@@ -953,30 +964,20 @@ async fn a_delete_of_one_write_spares_a_newer_one_of_the_same_bytes() {
     })
     .await
     .unwrap();
-    let cond = Precondition {
-        if_write: Some(WriteId::of(&found)),
-        ..Default::default()
-    };
-    let r = s
-        .apply(Mutation::DeleteObject {
-            bucket: "b".into(),
+    let expire = |rec: &ObjectRecord| Mutation::Expire {
+        bucket: "b".into(),
+        what: Expiry::Object {
             key: "k".into(),
-            cond: cond.clone(),
-        })
-        .await;
+            of: WriteId::of(rec),
+        },
+        now_ms: 10_000,
+        day_ms: 1000,
+    };
+    let r = s.apply(expire(&found)).await;
     assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
     assert!(s.object("b", "k").unwrap().is_some());
     let now = s.object("b", "k").unwrap().unwrap();
-    s.apply(Mutation::DeleteObject {
-        bucket: "b".into(),
-        key: "k".into(),
-        cond: Precondition {
-            if_write: Some(WriteId::of(&now)),
-            ..Default::default()
-        },
-    })
-    .await
-    .unwrap();
+    s.apply(expire(&now)).await.unwrap();
     assert!(s.object("b", "k").unwrap().is_none());
 }
 
