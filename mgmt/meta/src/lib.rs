@@ -691,13 +691,14 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// The CORS rules of every bucket that has any, by S3 name (every tenant's
-    /// bucket of a name together, see [`bucket_id`]). Only the records that
-    /// hold rules are parsed.
-    pub fn cors_by_name(&self) -> Result<HashMap<String, Vec<CorsRule>>, MetaError> {
+    /// The CORS rules of every bucket that has any, by S3 name, with the tenant
+    /// that owns each (every tenant's bucket of a name together, see
+    /// [`bucket_id`]). Only the records that hold rules are parsed.
+    #[allow(clippy::type_complexity)]
+    pub fn cors_by_name(&self) -> Result<HashMap<String, Vec<(u64, Vec<CorsRule>)>>, MetaError> {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(BUCKETS)?;
-        let mut out: HashMap<String, Vec<CorsRule>> = HashMap::new();
+        let mut out: HashMap<String, Vec<(u64, Vec<CorsRule>)>> = HashMap::new();
         for e in t.iter()? {
             let (k, v) = e?;
             // Serialised only when there are rules (`skip_serializing_if`).
@@ -708,7 +709,7 @@ impl MetaStore {
             if !b.cors.is_empty() {
                 out.entry(bucket_name(k.value()).to_string())
                     .or_default()
-                    .extend(b.cors);
+                    .push((b.tenant, b.cors));
             }
         }
         Ok(out)

@@ -1114,10 +1114,13 @@ async fn cors_rules_are_gathered_by_name_across_tenants() {
     }
     let by_name = s.cors_by_name().unwrap();
     assert_eq!(by_name.len(), 1, "plain has no rules: {by_name:?}");
-    let mut origins: Vec<String> = by_name["web"]
+    let mut origins: Vec<(u64, String)> = by_name["web"]
         .iter()
-        .flat_map(|r| r.allowed_origins.clone())
+        .flat_map(|(t, rules)| rules.iter().map(|r| (*t, r.allowed_origins[0].clone())))
         .collect();
     origins.sort();
-    assert_eq!(origins, ["https://a", "https://b"]);
+    assert_eq!(
+        origins,
+        [(1, "https://a".to_string()), (7, "https://b".to_string())]
+    );
 }

@@ -1180,20 +1180,14 @@ impl ObjectStore {
         self.sync().await
     }
 
-    /// The CORS rules of every bucket that has any, by S3 name, as this node's
-    /// metadata has them (no read barrier): a browser's preflight carries no
-    /// credentials, so it names a bucket but no tenant.
-    pub fn cors_by_name(&self) -> Result<HashMap<String, Vec<cairn_meta::CorsRule>>, ObjectError> {
+    /// The CORS rules of every bucket that has any, by S3 name, with each
+    /// owner, as this node's metadata has them (no read barrier): a browser's
+    /// preflight carries no credentials, so it names a bucket but no tenant.
+    #[allow(clippy::type_complexity)]
+    pub fn cors_by_name(
+        &self,
+    ) -> Result<HashMap<String, Vec<(u64, Vec<cairn_meta::CorsRule>)>>, ObjectError> {
         Ok(self.meta.cors_by_name()?)
-    }
-
-    /// The CORS rules of the tenant's bucket `name` (none when it has none or
-    /// does not exist), as this node's metadata has them (no read barrier).
-    pub fn cors_rules(&self, tenant: u64, name: &str) -> Vec<cairn_meta::CorsRule> {
-        match self.meta.bucket(&bucket_id(tenant, name)) {
-            Ok(Some(b)) if b.tenant == tenant => b.cors,
-            _ => Vec::new(),
-        }
     }
 
     // ---- space ----

@@ -156,15 +156,18 @@ fn bucket_of<B>(req: &http::Request<B>, domains: &crate::Domains) -> Option<Stri
     (!first.is_empty()).then(|| first.to_string())
 }
 
-/// The CORS rules of every bucket, by name, as preflights read them: one map,
+/// The CORS rules of every bucket, by name, as preflights and answers read them: one map,
 /// made again at most once a second, so a flood of preflights (unauthenticated,
 /// and as cheap to send as any request) costs one read of the bucket table per
 /// second, whatever names it asks for; a name without rules is a miss in memory.
 /// A change through this node is seen at once; through another, within a second.
+/// Every bucket's rules by S3 name, with the tenant owning each.
+type RulesByName = HashMap<String, Vec<(u64, Vec<CorsRule>)>>;
+
 #[derive(Clone)]
 pub(crate) struct Named {
     store: Arc<ObjectStore>,
-    cache: moka::sync::Cache<(), Arc<HashMap<String, Vec<CorsRule>>>>,
+    cache: moka::sync::Cache<(), Arc<RulesByName>>,
 }
 
 impl Named {
@@ -184,11 +187,28 @@ impl Named {
         self.cache.invalidate_all();
     }
 
-    fn rules(&self, bucket: &str) -> Vec<CorsRule> {
-        let all = self.cache.get_with((), || {
+    fn all(&self) -> Arc<RulesByName> {
+        self.cache.get_with((), || {
             Arc::new(self.store.cors_by_name().unwrap_or_default())
-        });
-        all.get(bucket).cloned().unwrap_or_default()
+        })
+    }
+
+    /// The rules of every bucket named `bucket`, whichever tenant owns it.
+    fn rules(&self, bucket: &str) -> Vec<CorsRule> {
+        let all = self.all();
+        let owners = all.get(bucket).map(Vec::as_slice).unwrap_or_default();
+        owners.iter().flat_map(|(_, r)| r.iter().cloned()).collect()
+    }
+
+    /// The rules of `tenant`'s bucket `bucket`.
+    fn rules_of(&self, tenant: u64, bucket: &str) -> Vec<CorsRule> {
+        let all = self.all();
+        let owners = all.get(bucket).map(Vec::as_slice).unwrap_or_default();
+        owners
+            .iter()
+            .find(|(t, _)| *t == tenant)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -281,7 +301,7 @@ pub(crate) struct Reached(pub Arc<OnceLock<(u64, String)>>);
 /// when a rule of the bucket it reached allows it.
 pub(crate) fn decorate(
     resp: &mut s3s::HttpResponse,
-    store: &ObjectStore,
+    named: &Named,
     origin: &str,
     method: &http::Method,
     reached: &Reached,
@@ -289,7 +309,7 @@ pub(crate) fn decorate(
     let Some((tenant, bucket)) = reached.0.get() else {
         return;
     };
-    let rules = store.cors_rules(*tenant, bucket);
+    let rules = named.rules_of(*tenant, bucket);
     if let Some(rule) = find(&rules, origin, method.as_str(), &[]) {
         allow(resp.headers_mut(), rule, origin);
         header(resp.headers_mut(), "vary", "Origin");

@@ -46,7 +46,6 @@ pub async fn serve(
 ) -> Result<(), S3FrontError> {
     let named = cors::Named::new(store.clone());
     let front = Arc::new(Front {
-        store: store.clone(),
         cors: named.clone(),
         domains: domains.clone(),
         metrics,
@@ -111,7 +110,6 @@ pub async fn serve(
 
 /// What the request path around the S3 service needs.
 struct Front {
-    store: Arc<ObjectStore>,
     cors: cors::Named,
     domains: Domains,
     metrics: S3Metrics,
@@ -152,7 +150,7 @@ async fn guarded(
         },
     };
     if let Some(origin) = &origin {
-        cors::decorate(&mut resp, &front.store, origin, &method, &reached);
+        cors::decorate(&mut resp, &front.cors, origin, &method, &reached);
     }
     // A HEAD of one part (`?partNumber=N`) is answered as its GET is, 206 with
     // the part's Content-Range; s3s sends every HEAD as 200.
