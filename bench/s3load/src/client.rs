@@ -242,7 +242,7 @@ pub async fn drive(t: &Target, plan: &Plan, connections: usize) -> Result<Report
             Ok::<_, anyhow::Error>((samples, errors))
         }));
     }
-    let mut report = Report::new(plan_duration(counted_from, end));
+    let mut report = Report::new(end.saturating_duration_since(counted_from));
     for task in tasks {
         let (samples, (errors, first)) = task.await??;
         report.samples.extend(samples);
@@ -252,8 +252,4 @@ pub async fn drive(t: &Target, plan: &Plan, connections: usize) -> Result<Report
         }
     }
     Ok(report)
-}
-
-fn plan_duration(from: Instant, to: Instant) -> Duration {
-    to.saturating_duration_since(from)
 }
