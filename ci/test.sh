@@ -21,8 +21,11 @@ stage() {
 ROOTFS_PID=""
 finish() {
   local rc=$?
-  [[ -n $ROOTFS_PID ]] && kill "$ROOTFS_PID" 2>/dev/null
-  [[ $rc == 0 ]] || echo "== FAILED in stage \"$STAGE\" after ${SECONDS} s (exit $rc)" >&2
+  # Under `set -e` a failing command here would become the script's status: the
+  # background job has usually ended (a passing run waited for it), so kill may fail.
+  if [[ -n $ROOTFS_PID ]]; then kill "$ROOTFS_PID" 2>/dev/null || true; fi
+  if [[ $rc != 0 ]]; then echo "== FAILED in stage \"$STAGE\" after ${SECONDS} s (exit $rc)" >&2; fi
+  exit "$rc"
 }
 trap finish EXIT
 export CARGO_TERM_COLOR=never
@@ -73,6 +76,7 @@ stage "NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
 stage "firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
 wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
+ROOTFS_PID=""
 image/build.sh
 hwtests/run.sh --quick
 stage "all checks passed"
