@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """S3's data services driven by boto3 at its default settings, as a user would:
 object and bucket tagging, CORS (configured with boto3, then a browser's
-preflight and a cross-origin GET), lifecycle rules carried out, and the versions API that backup and cleanup
+preflight and a cross-origin GET), lifecycle rules carried out, the versions API that backup and cleanup
 tools walk (GetBucketVersioning, ListObjectVersions, emptying a bucket through
-its versions).
+its versions), and versioning enabled (versions, delete markers).
 
     s3_services.py ENDPOINT
 
@@ -166,6 +166,38 @@ def main(endpoint):
     check(versions == [("report-copy.csv", "null"), ("report.csv", "null")], f"ListObjectVersions pages: {versions}")
     boto3.resource("s3", **kw).Bucket(bucket).object_versions.all().delete()
     check(s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0, "bucket emptied through its versions")
+    s3.delete_bucket(Bucket=bucket)
+    versioning(s3, kw)
+
+
+def versioning(s3, kw):
+    """Versioning enabled: versions kept and read by id, a delete marker, the
+    object brought back by deleting the marker, versions listed and paged, and
+    the bucket emptied through them."""
+    bucket = "cairn-versioned"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    check(s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled", "GetBucketVersioning: Enabled")
+    ids = [s3.put_object(Bucket=bucket, Key="doc.txt", Body=f"draft {i}".encode())["VersionId"] for i in range(3)]
+    check(len(set(ids)) == 3 and "null" not in ids, f"three PUTs, three version ids: {ids}")
+    body = s3.get_object(Bucket=bucket, Key="doc.txt", VersionId=ids[0])["Body"].read()
+    check(body == b"draft 0", "the first version reads back by its id")
+    marker = s3.delete_object(Bucket=bucket, Key="doc.txt")
+    check(marker.get("DeleteMarker") is True, "DELETE made a delete marker")
+    check(error_code(lambda: s3.get_object(Bucket=bucket, Key="doc.txt")) == "NoSuchKey", "GET after DELETE: NoSuchKey")
+    check(error_code(lambda: s3.head_object(Bucket=bucket, Key="doc.txt", VersionId=marker["VersionId"])) == "405",
+          "HEAD of the marker by id: 405")
+    pages = list(s3.get_paginator("list_object_versions").paginate(Bucket=bucket, PaginationConfig={"PageSize": 1}))
+    listed = [(v["VersionId"], v["IsLatest"]) for p in pages for v in p.get("Versions", [])]
+    markers = [(m["VersionId"], m["IsLatest"]) for p in pages for m in p.get("DeleteMarkers", [])]
+    check(listed == [(ids[2], False), (ids[1], False), (ids[0], False)] and markers == [(marker["VersionId"], True)],
+          f"ListObjectVersions, one per page: {listed} {markers}")
+    s3.delete_object(Bucket=bucket, Key="doc.txt", VersionId=marker["VersionId"])
+    body = s3.get_object(Bucket=bucket, Key="doc.txt")["Body"].read()
+    check(body == b"draft 2", "deleting the marker brought the latest version back")
+    check(error_code(lambda: s3.delete_bucket(Bucket=bucket)) == "BucketNotEmpty", "a bucket with versions is not empty")
+    boto3.resource("s3", **kw).Bucket(bucket).object_versions.all().delete()
+    check(s3.list_object_versions(Bucket=bucket).get("Versions") is None, "every version deleted")
     s3.delete_bucket(Bucket=bucket)
 
 

@@ -22,6 +22,8 @@ mod list;
 mod once;
 mod records;
 mod usage;
+mod version_list;
+mod versions;
 
 pub use admin::{
     AdminCertRecord, AdminChange, AdminTokenRecord, BmcRecord, SshKeyRecord, AUDIT_KEEP,
@@ -36,6 +38,9 @@ pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
 use usage::Delta;
 pub use usage::{Quota, Usage};
+pub use version_list::{ManifestCursor, VersionEntry, VersionListing};
+use versions::VERSIONS;
+pub use versions::{seq_of, valid_id, Deleted, Version};
 
 use md5::{Digest, Md5};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
@@ -237,6 +242,14 @@ pub enum Mutation {
         /// A conditional delete (`If-Match`); checked like a write's.
         #[serde(default, skip_serializing_if = "Precondition::is_none")]
         cond: Precondition,
+        /// Deletes this version for good (`null` or one of ours) instead of the
+        /// latest (see [`versions`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version_id: Option<String>,
+        /// The time a delete marker made by this delete records (the
+        /// proposer's clock, so every replica records the same).
+        #[serde(default)]
+        modified_ms: i64,
     },
     CreateUpload {
         bucket: String,
@@ -390,6 +403,9 @@ pub struct Applied {
     /// of every other mutation carries none, and travels through the log's
     /// replies).
     pub object: Option<Box<ObjectRecord>>,
+    /// What a DeleteObject did to versions, in a versioned bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<Deleted>,
 }
 
 /// A whole database as a Raft snapshot carries it.
@@ -412,6 +428,9 @@ struct Dump {
     /// left as they are rather than emptied.
     #[serde(default)]
     admin: Option<admin::AdminDump>,
+    /// Noncurrent versions and delete markers: (bucket, key, !seq, record).
+    #[serde(default)]
+    versions: Vec<(String, String, u64, Vec<u8>)>,
 }
 
 struct Job {
@@ -600,6 +619,12 @@ impl MetaStore {
             dump.requests
                 .push((k.value().to_vec(), order, outcome.to_vec()));
         }
+        for e in tx.open_table(VERSIONS)?.iter()? {
+            let (k, v) = e?;
+            let (b, key, n) = k.value();
+            dump.versions
+                .push((b.to_string(), key.to_string(), n, v.value().to_vec()));
+        }
         dump.identity = identity::IdentityDump::export(&tx)?;
         dump.admin = Some(admin::AdminDump::export(&tx)?);
         let bytes = serde_json::to_vec(&dump)?;
@@ -615,6 +640,7 @@ impl MetaStore {
         tx.delete_table(OBJECTS)?;
         tx.delete_table(UPLOADS)?;
         tx.delete_table(PARTS)?;
+        tx.delete_table(VERSIONS)?;
         tx.delete_table(SYSTEM)?;
         tx.delete_table(once::REQUESTS)?;
         tx.delete_table(once::REQUEST_ORDER)?;
@@ -634,6 +660,10 @@ impl MetaStore {
             let mut t = tx.open_table(PARTS)?;
             for (id, n, v) in &dump.parts {
                 t.insert((id.as_str(), *n), v.as_slice())?;
+            }
+            let mut t = tx.open_table(VERSIONS)?;
+            for (b, k, n, v) in &dump.versions {
+                t.insert((b.as_str(), k.as_str(), *n), v.as_slice())?;
             }
             let mut t = tx.open_table(SYSTEM)?;
             for (k, v) in &dump.system {
@@ -655,7 +685,8 @@ impl MetaStore {
         Ok(())
     }
 
-    /// Every object manifest, for the repair scanner (a consistent snapshot).
+    /// Every object manifest, current objects and noncurrent versions alike,
+    /// for the repair scanner (a consistent snapshot).
     pub fn all_objects(&self) -> Result<Vec<(String, String, ObjectRecord)>, MetaError> {
         let tx = self.db.begin_read()?;
         let mut out = Vec::new();
@@ -667,6 +698,13 @@ impl MetaStore {
                 key.to_string(),
                 serde_json::from_slice(v.value())?,
             ));
+        }
+        for e in tx.open_table(VERSIONS)?.iter()? {
+            let (k, v) = e?;
+            let (b, key, _) = k.value();
+            if let Version::Object(o) = serde_json::from_slice(v.value())? {
+                out.push((b.to_string(), key.to_string(), *o));
+            }
         }
         Ok(out)
     }
@@ -796,7 +834,8 @@ impl MetaStore {
         Ok(tx.open_table(OBJECTS)?.len()?)
     }
 
-    /// Every extent referenced by an object or a part: what the collector must keep.
+    /// Every extent referenced by an object, a noncurrent version or a part: what
+    /// the collector must keep.
     /// Calls `f` with every extent a manifest or an upload's part references, all
     /// read in one transaction (one consistent state).
     pub fn for_each_extent(&self, mut f: impl FnMut(&Extent)) -> Result<(), MetaError> {
@@ -805,6 +844,12 @@ impl MetaStore {
             let (_, v) = e?;
             let rec: ObjectRecord = serde_json::from_slice(v.value())?;
             rec.extents.iter().for_each(&mut f);
+        }
+        for e in tx.open_table(VERSIONS)?.iter()? {
+            let (_, v) = e?;
+            if let Version::Object(o) = serde_json::from_slice(v.value())? {
+                o.extents.iter().for_each(&mut f);
+            }
         }
         for e in tx.open_table(PARTS)?.iter()? {
             let (_, v) = e?;
@@ -936,6 +981,9 @@ fn purge_tenant(
         for key in keys {
             objects.remove((name.as_str(), key.as_str()))?;
         }
+        for o in versions::drop_bucket(tx, &name)? {
+            freed.extend(o.extents);
+        }
         freed.extend(drop_uploads(tx, &name)?);
         buckets.remove(name.as_str())?;
         usage::forget_bucket(tx, tenant, &name)?;
@@ -960,6 +1008,7 @@ fn rewrite(
     Ok(Applied {
         freed: Vec::new(),
         object: Some(Box::new(record)),
+        deleted: None,
     })
 }
 
@@ -1007,6 +1056,10 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 }
             }
             drop(any);
+            // S3: a bucket with versions left, delete markers included, is not empty.
+            if versions::any_in(tx, name)? {
+                return Err(MetaError::BucketNotEmpty(name.clone()));
+            }
             // Uploads in progress are aborted with the bucket; their parts freed.
             let freed = drop_uploads(tx, name)?;
             let tenant = match buckets.remove(name.as_str())? {
@@ -1017,6 +1070,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             Ok(Applied {
                 freed,
                 object: None,
+                deleted: None,
             })
         }
         Mutation::PutObject {
@@ -1030,30 +1084,50 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             gc::check_written_in(tx, *written_in)?;
             let old = get_object(&objects, bucket, key)?;
             check(cond, old.as_ref(), key)?;
-            usage::account(
+            let mut record = record.clone();
+            let freed = versions::install(
                 tx,
                 &buckets,
+                &mut objects,
                 bucket,
-                Delta::replacing(old.as_ref(), Some(record)),
-            )?;
-            objects.insert(
-                (bucket.as_str(), key.as_str()),
-                serde_json::to_vec(record)?.as_slice(),
+                key,
+                &mut record,
+                old,
+                Delta::default(),
             )?;
             Ok(Applied {
-                freed: unreferenced(old.map(|o| o.extents), &record.extents),
-                object: Some(Box::new(record.clone())),
+                freed,
+                object: Some(Box::new(record)),
+                deleted: None,
             })
         }
-        Mutation::DeleteObject { bucket, key, cond } => {
+        Mutation::DeleteObject {
+            bucket,
+            key,
+            cond,
+            version_id,
+            modified_ms,
+        } => {
             need_bucket(&buckets, bucket)?;
+            if let Some(id) = version_id {
+                return versions::delete_version(tx, &buckets, &mut objects, bucket, key, id, cond);
+            }
             // Nothing to delete is a success, whatever the condition (S3: "if
-            // the ETag matches or if the object doesn't exist, 204").
-            let Some(current) = get_object(&objects, bucket, key)? else {
-                return Ok(Applied::default());
-            };
-            check(cond, Some(&current), key)?;
-            remove_object(tx, &buckets, &mut objects, bucket, key, current)
+            // the ETag matches or if the object doesn't exist, 204"); in a
+            // versioned bucket it still makes a delete marker.
+            let current = get_object(&objects, bucket, key)?;
+            if let Some(c) = &current {
+                check(cond, Some(c), key)?;
+            }
+            versions::delete_latest(
+                tx,
+                &buckets,
+                &mut objects,
+                bucket,
+                key,
+                current,
+                *modified_ms,
+            )
         }
         Mutation::CreateUpload {
             bucket,
@@ -1108,6 +1182,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             Ok(Applied {
                 freed,
                 object: None,
+                deleted: None,
             })
         }
         Mutation::CompleteUpload {
@@ -1134,16 +1209,18 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             // The listed parts become the object; the others are freed. Their
             // bytes were counted when stored.
             let parts_bytes: u64 = stored.iter().map(|(_, p)| p.extent.size).sum();
-            let mut d = Delta::replacing(old.as_ref(), Some(&record));
-            d.bytes -= parts_bytes as i64;
-            usage::account(tx, &buckets, bucket, d)?;
-            objects.insert(
-                (bucket.as_str(), upload.key.as_str()),
-                serde_json::to_vec(&record)?.as_slice(),
+            let mut freed = versions::install(
+                tx,
+                &buckets,
+                &mut objects,
+                bucket,
+                &upload.key,
+                &mut record,
+                old,
+                Delta::bytes(-(parts_bytes as i64)),
             )?;
             uploads.remove((bucket.as_str(), upload_id.as_str()))?;
             let used: HashSet<u32> = chosen.iter().map(|(n, _)| *n).collect();
-            let mut freed = unreferenced(old.map(|o| o.extents), &record.extents);
             for (n, p) in stored {
                 parts.remove((upload_id.as_str(), n))?;
                 if !used.contains(&n) {
@@ -1153,6 +1230,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             Ok(Applied {
                 freed,
                 object: Some(Box::new(record)),
+                deleted: None,
             })
         }
         Mutation::AbortUpload { bucket, upload_id } => {
@@ -1179,7 +1257,16 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                     {
                         return Err(MetaError::PreconditionFailed);
                     }
-                    remove_object(tx, &buckets, &mut objects, bucket, key, current)
+                    // In a versioned bucket, expiry makes a delete marker, as S3's does.
+                    versions::delete_latest(
+                        tx,
+                        &buckets,
+                        &mut objects,
+                        bucket,
+                        key,
+                        Some(current),
+                        *now_ms,
+                    )
                 }
                 Expiry::Upload { upload_id } => {
                     let u = get_upload(tx, bucket, upload_id)?;
@@ -1208,6 +1295,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             Ok(Applied {
                 freed,
                 object: None,
+                deleted: None,
             })
         }
         Mutation::SetBucketQuota { name, quota } => {
@@ -1273,8 +1361,14 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             written_in,
         } => {
             gc::check_written_in(tx, *written_in)?;
-            let Some(mut record) = get_object(&objects, bucket, key)? else {
-                return Err(MetaError::PreconditionFailed);
+            let mut versions = tx.open_table(VERSIONS)?;
+            // The current object, or else the noncurrent version, that holds the extent.
+            let (mut record, noncurrent) = match get_object(&objects, bucket, key)? {
+                Some(r) if r.extents.iter().any(|e| e.id == *extent) => (r, None),
+                _ => match versions::holding_extent(&versions, bucket, key, *extent)? {
+                    Some((k, r)) => (r, Some(k)),
+                    None => return Err(MetaError::PreconditionFailed),
+                },
             };
             let Some(ext) = record.extents.iter_mut().find(|e| e.id == *extent) else {
                 return Err(MetaError::PreconditionFailed);
@@ -1303,6 +1397,11 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                     _ => return Err(MetaError::PreconditionFailed),
                 }
             }
+            if let Some(k) = noncurrent {
+                let v = serde_json::to_vec(&Version::Object(Box::new(record)))?;
+                versions.insert((bucket.as_str(), key.as_str(), k), v.as_slice())?;
+                return Ok(Applied::default());
+            }
             rewrite(&mut objects, bucket, key, record)
         }
     }
@@ -1310,29 +1409,12 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
 
 /// The extents of `old` that `new` does not keep: what a replacement frees. Never
 /// the new record's own extents, even when `old` is the same record applied again.
-fn unreferenced(old: Option<Vec<Extent>>, new: &[Extent]) -> Vec<Extent> {
+pub(crate) fn unreferenced(old: Option<Vec<Extent>>, new: &[Extent]) -> Vec<Extent> {
     let keep: HashSet<u128> = new.iter().map(|e| e.id).collect();
     old.unwrap_or_default()
         .into_iter()
         .filter(|e| !keep.contains(&e.id))
         .collect()
-}
-
-/// Removes the current object of `key`, `current`, and frees its extents.
-fn remove_object(
-    tx: &redb::WriteTransaction,
-    buckets: &redb::Table<&str, &[u8]>,
-    objects: &mut redb::Table<(&str, &str), &[u8]>,
-    bucket: &str,
-    key: &str,
-    current: ObjectRecord,
-) -> Result<Applied, MetaError> {
-    usage::account(tx, buckets, bucket, Delta::replacing(Some(&current), None))?;
-    objects.remove((bucket, key))?;
-    Ok(Applied {
-        freed: current.extents,
-        object: None,
-    })
 }
 
 fn get_upload(
@@ -1370,6 +1452,7 @@ fn abort_upload(
     Ok(Applied {
         freed,
         object: None,
+        deleted: None,
     })
 }
 
@@ -1388,7 +1471,7 @@ fn held_write(
     }
 }
 
-fn get_object(
+pub(crate) fn get_object(
     t: &redb::Table<(&str, &str), &[u8]>,
     bucket: &str,
     key: &str,
@@ -1401,7 +1484,11 @@ fn get_object(
 
 /// A write's conditions against the current version. If-Match on a key with no
 /// object is S3's 404 NoSuchKey, not a failed precondition.
-fn check(cond: &Precondition, current: Option<&ObjectRecord>, key: &str) -> Result<(), MetaError> {
+pub(crate) fn check(
+    cond: &Precondition,
+    current: Option<&ObjectRecord>,
+    key: &str,
+) -> Result<(), MetaError> {
     if cond.if_none_match_any && current.is_some() {
         return Err(MetaError::PreconditionFailed);
     }
@@ -1474,6 +1561,7 @@ fn assemble(
         user_meta: upload.user_meta.clone(),
         headers: upload.headers.clone(),
         tags: upload.tags.clone(),
+        version: Default::default(),
         checksum: None,
         extents,
         // Kept only when every part has one: a partial list would misnumber them.
@@ -1486,3 +1574,5 @@ fn assemble(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod version_tests;

@@ -44,11 +44,15 @@ pub struct BucketRecord {
     pub versioning: Option<Versioning>,
 }
 
-/// A bucket's versioning state, once configured. (Cairn keeps one version per
-/// key: only `Suspended`, which keeps the `null` version alone, is taken yet.)
+/// A bucket's versioning state, once configured (S3's: a bucket never goes back
+/// to unversioned). See [`crate::versions`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Versioning {
+    /// Every write and delete makes a new version; earlier ones are kept.
+    Enabled,
+    /// Writes and deletes make the `null` version (replacing the earlier `null`
+    /// one); versions made while enabled are kept.
     Suspended,
 }
 
@@ -231,6 +235,38 @@ pub struct ObjectRecord {
     /// The object's tags (S3 object tagging), by key.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// Which version of its key this is: set when the write applies (so every
+    /// replica sets the same), never by the writer. See [`crate::versions`].
+    #[serde(default, skip_serializing_if = "VersionStamp::is_null_zero")]
+    pub version: VersionStamp,
+}
+
+/// A version's id and its place among its key's versions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionStamp {
+    /// S3's version id; none for the `null` version (written while the bucket
+    /// was unversioned or suspended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The store's version sequence when it was made (newer is greater); 0 for
+    /// a version written before its bucket ever had versioning configured.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub seq: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl VersionStamp {
+    fn is_null_zero(&self) -> bool {
+        self.id.is_none() && self.seq == 0
+    }
+
+    /// The id as S3 shows it: `null` for the null version.
+    pub fn shown(&self) -> &str {
+        self.id.as_deref().unwrap_or("null")
+    }
 }
 
 /// An S3 checksum algorithm (`x-amz-checksum-*`).

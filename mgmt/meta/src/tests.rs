@@ -21,6 +21,7 @@ fn obj(etag: &str, size: u64) -> ObjectRecord {
         }],
         part_checksums: Vec::new(),
         tags: Default::default(),
+        version: Default::default(),
     }
 }
 
@@ -114,6 +115,8 @@ async fn bucket_lifecycle_and_conditions() {
         bucket: "b".into(),
         key: "k".into(),
         cond: Default::default(),
+        version_id: None,
+        modified_ms: 0,
     })
     .await
     .unwrap();
@@ -349,6 +352,8 @@ async fn the_request_window_survives_a_snapshot() {
         bucket: "b".into(),
         key: "k".into(),
         cond: Default::default(),
+        version_id: None,
+        modified_ms: 0,
     })
     .await
     .unwrap();
@@ -518,6 +523,8 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
         bucket: "b".into(),
         key: "k1".into(),
         cond: Default::default(),
+        version_id: None,
+        modified_ms: 0,
     })
     .await
     .unwrap();
@@ -589,6 +596,8 @@ async fn a_metadata_condition_tells_equal_writes_apart() {
             bucket: "b".into(),
             key: "k".into(),
             cond: cond.clone(),
+            version_id: None,
+            modified_ms: 0,
         })
         .await;
     assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");

@@ -171,7 +171,7 @@ pub(crate) fn forget_bucket(
     Ok(())
 }
 
-/// Recounts every bucket's and tenant's usage from the objects table, inside
+/// Recounts every bucket's and tenant's usage from the objects and versions tables, inside
 /// `tx`, if `always` or it was never built in this database.
 pub(crate) fn rebuild(tx: &redb::WriteTransaction, always: bool) -> Result<(), MetaError> {
     let mut system = tx.open_table(SYSTEM)?;
@@ -190,6 +190,15 @@ pub(crate) fn rebuild(tx: &redb::WriteTransaction, always: bool) -> Result<(), M
         let u = per_bucket.entry(k.value().0.to_string()).or_default();
         u.bytes += rec.size;
         u.objects += 1;
+    }
+    // Noncurrent versions hold their bytes until deleted (delete markers none).
+    for e in tx.open_table(crate::versions::VERSIONS)?.iter()? {
+        let (k, v) = e?;
+        if let crate::Version::Object(rec) = serde_json::from_slice(v.value())? {
+            let u = per_bucket.entry(k.value().0.to_string()).or_default();
+            u.bytes += rec.size;
+            u.objects += 1;
+        }
     }
     // Parts of uploads in progress hold bytes too.
     let mut upload_bucket: std::collections::BTreeMap<String, String> = Default::default();

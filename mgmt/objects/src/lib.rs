@@ -29,6 +29,7 @@ mod read;
 mod repair;
 mod scrub;
 mod sealing;
+mod versions;
 mod write;
 
 pub use fabric::{Fabric, Route};
@@ -763,6 +764,7 @@ impl ObjectStore {
             extents: vec![written.extent],
             part_checksums: Vec::new(),
             tags: attrs.tags,
+            version: Default::default(),
         };
         self.commit_object(tenant, bucket, key, record, cond, written.written_in)
             .await
@@ -817,18 +819,9 @@ impl ObjectStore {
         key: &str,
         cond: Precondition,
     ) -> Result<(), ObjectError> {
-        let (bucket, _) = &self.resolve(tenant, bucket).await?;
-        self.commit(
-            tenant,
-            Mutation::DeleteObject {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                cond,
-            },
-            Vec::new(),
-        )
-        .await?;
-        Ok(())
+        self.delete_version(tenant, bucket, key, cond, None)
+            .await
+            .map(|_| ())
     }
 
     /// Replaces the user metadata of the write `of` of `key`, its bytes untouched;

@@ -206,20 +206,22 @@ impl ObjectStore {
         self.sync().await?;
         let mut pass = ScrubPass {
             started_ms: cairn_meta::now_ms(),
-            objects_total: self.meta.object_count()?,
+            // Noncurrent versions are walked too (delete markers, which hold no
+            // bytes, counted in the total but never checked).
+            objects_total: self.meta.object_count()? + self.meta.version_count()?,
             ..Default::default()
         };
         let own = self.chunks.own_drives();
         let mut buckets: Vec<String> = Vec::new();
         let mut tenants = HashMap::new();
         let mut pacer = Pacer::new(self.scrub.cfg.rate, self.counters.clone());
-        let mut after: Option<(String, String)> = None;
-        loop {
-            let page = self
-                .meta
-                .objects_after(after.as_ref().map(|(b, k)| (b.as_str(), k.as_str())), PAGE)?;
-            let Some(last) = page.last() else { break };
-            after = Some((last.0.clone(), last.1.clone()));
+        // Current objects, then noncurrent versions: their bytes are kept too.
+        let mut after: Option<cairn_meta::ManifestCursor> = None;
+        let mut done = false;
+        while !done {
+            let (page, next) = self.meta.manifests_after(after.as_ref(), PAGE)?;
+            done = next.is_none();
+            after = next;
             let mut checks = Vec::new();
             for (bucket, key, rec) in page {
                 pass.objects += 1;
@@ -354,8 +356,9 @@ impl ObjectStore {
     /// Rebuilds one bad fragment in place, if the object still holds it.
     async fn scrub_fix(&self, bucket: &str, c: &Check) -> Result<Fix, ObjectError> {
         // The object may have changed since the page was read: only a fragment
-        // the current manifest still places on this drive is rebuilt.
-        let Some(rec) = self.meta.object(bucket, &c.key)? else {
+        // the manifest (current or a noncurrent version's) still places on this
+        // drive is rebuilt.
+        let Some(rec) = self.meta.manifest_holding(bucket, &c.key, c.extent)? else {
             return Ok(Fix::Gone);
         };
         let Some(e) = rec.extents.iter().find(|e| e.id == c.extent) else {

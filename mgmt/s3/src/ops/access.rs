@@ -115,11 +115,15 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
-    super::common::current_version(req.input.version_id.as_deref())?;
-    s3.store
-        .head_object(tenant, &req.input.bucket, &req.input.key)
-        .await
-        .map_err(to_s3)?;
+    super::objects::head_if(
+        s3,
+        tenant,
+        (&req.input.bucket, &req.input.key),
+        super::common::version_arg(req.input.version_id.as_deref())?,
+        [&None, &None],
+        [&None, &None],
+    )
+    .await?;
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(owner_grants(tenant)),
         owner: Some(owner(tenant)),
@@ -132,11 +136,15 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
-    super::common::current_version(req.input.version_id.as_deref())?;
-    s3.store
-        .head_object(tenant, &req.input.bucket, &req.input.key)
-        .await
-        .map_err(to_s3)?;
+    super::objects::head_if(
+        s3,
+        tenant,
+        (&req.input.bucket, &req.input.key),
+        super::common::version_arg(req.input.version_id.as_deref())?,
+        [&None, &None],
+        [&None, &None],
+    )
+    .await?;
     let id = format!("{tenant:016x}");
     refuse_grants(&req.headers, req.input.access_control_policy.as_ref(), &id)?;
     Ok(S3Response::new(PutObjectAclOutput::default()))

@@ -14,11 +14,11 @@ pub(super) async fn get_object_attributes(
     let tenant = s3.tenant(&req)?;
     super::access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
     let rec = head_if(
         s3,
         tenant,
         (&input.bucket, &input.key),
+        version_arg(input.version_id.as_deref())?,
         [&None, &None],
         [&None, &None],
     )

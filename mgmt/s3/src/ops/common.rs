@@ -58,15 +58,35 @@ pub(super) fn precondition(
     })
 }
 
-/// Cairn keeps one version of each object (no versioning yet): it is S3's `null`
-/// version, and any other version id names nothing. Refused rather than ignored,
-/// so that a request for (or a delete of) one version never reaches the current
-/// object.
-pub(super) fn current_version(v: Option<&str>) -> S3Result<()> {
+/// A version id a request names: `null` or one of Cairn's (any other string
+/// names nothing S3 could have given out: refused rather than ignored, so a
+/// request for one version never reaches another).
+pub(super) fn version_arg(v: Option<&str>) -> S3Result<Option<&str>> {
     match v {
-        None | Some("null") => Ok(()),
+        None => Ok(None),
+        Some(v) if cairn_meta::valid_id(v) => Ok(Some(v)),
         Some(_) => Err(s3_error!(InvalidArgument, "Invalid version id specified")),
     }
+}
+
+/// The `x-amz-version-id` S3 answers for a version: its id (`null` for the
+/// null version), once its bucket has versioning configured; none before.
+pub(super) fn shown_version(v: &cairn_meta::VersionStamp) -> Option<String> {
+    (v.seq != 0 || v.id.is_some()).then(|| v.shown().to_string())
+}
+
+/// Marks an error as S3 marks answers about a delete marker:
+/// `x-amz-delete-marker: true` and the marker's version id.
+pub(super) fn delete_marker_headers(e: &mut s3s::S3Error, v: &cairn_meta::VersionStamp) {
+    let mut headers = e.headers().cloned().unwrap_or_default();
+    headers.insert(
+        "x-amz-delete-marker",
+        http::HeaderValue::from_static("true"),
+    );
+    if let Ok(id) = http::HeaderValue::from_str(v.shown()) {
+        headers.insert("x-amz-version-id", id);
+    }
+    e.set_headers(headers);
 }
 
 /// S3's rules for GET/HEAD conditions: If-Match beats If-Unmodified-Since, and

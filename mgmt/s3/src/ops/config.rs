@@ -78,8 +78,7 @@ pub(super) async fn delete_bucket_cors(
 }
 
 /// No `Status` for a bucket whose versioning was never configured, as S3
-/// answers, else the state set. (Cairn keeps one version of each object, S3's
-/// `null` version; enabling versioning is refused, see `put_bucket_versioning`.)
+/// answers, else the state set.
 pub(super) async fn get_bucket_versioning(
     s3: &CairnS3,
     req: S3Request<GetBucketVersioningInput>,
@@ -88,6 +87,9 @@ pub(super) async fn get_bucket_versioning(
     let b = s3.bucket(tenant, &req.input.bucket).await?;
     Ok(S3Response::new(GetBucketVersioningOutput {
         status: b.versioning.map(|v| match v {
+            Versioning::Enabled => {
+                BucketVersioningStatus::from_static(BucketVersioningStatus::ENABLED)
+            }
             Versioning::Suspended => {
                 BucketVersioningStatus::from_static(BucketVersioningStatus::SUSPENDED)
             }
@@ -96,16 +98,21 @@ pub(super) async fn get_bucket_versioning(
     }))
 }
 
-/// Suspending versioning keeps the `null` version alone, which is all Cairn
-/// keeps: taken, and reported from then on. Enabling it, or MFA delete, is
-/// refused (501) until Cairn keeps versions.
+/// Enables or suspends versioning (see `cairn_meta::versions`); MFA delete is
+/// refused (501). A KV pool's bucket is never versioned: its values are
+/// overwritten at the rate of a cache.
 pub(super) async fn put_bucket_versioning(
     s3: &CairnS3,
     req: S3Request<PutBucketVersioningInput>,
 ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    s3.bucket(tenant, &input.bucket).await?;
+    if s3.bucket(tenant, &input.bucket).await?.kv.is_some() {
+        return Err(s3_error!(
+            InvalidBucketState,
+            "A KV pool's bucket cannot be versioned"
+        ));
+    }
     let conf = input.versioning_configuration;
     if conf
         .mfa_delete
@@ -114,16 +121,17 @@ pub(super) async fn put_bucket_versioning(
     {
         return Err(s3_error!(NotImplemented, "MFA delete is not supported"));
     }
-    match conf.status.as_ref().map(|s| s.as_str()) {
-        Some(BucketVersioningStatus::SUSPENDED) => {
-            let change = BucketChange::Versioning(Versioning::Suspended);
-            s3.change_bucket(tenant, &input.bucket, change).await?;
+    let state = match conf.status.as_ref().map(|s| s.as_str()) {
+        Some(BucketVersioningStatus::SUSPENDED) => Some(Versioning::Suspended),
+        Some(BucketVersioningStatus::ENABLED) => Some(Versioning::Enabled),
+        _ => None,
+    };
+    match state {
+        Some(v) => {
+            s3.change_bucket(tenant, &input.bucket, BucketChange::Versioning(v))
+                .await?;
             Ok(S3Response::new(PutBucketVersioningOutput {}))
         }
-        Some(BucketVersioningStatus::ENABLED) => Err(s3_error!(
-            NotImplemented,
-            "Cairn does not keep object versions yet: versioning cannot be enabled"
-        )),
         _ => Err(s3_error!(
             MalformedXML,
             "The XML you provided was not well-formed or did not validate against our published schema"

@@ -4,7 +4,7 @@ use super::common::*;
 use super::CairnS3;
 use crate::encoding::KeyEncoding;
 use crate::error::to_s3;
-use cairn_meta::After;
+use cairn_meta::{After, Version};
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
 
@@ -125,9 +125,10 @@ fn after_marker(marker: Option<String>, prefix: &str, delimiter: Option<&str>) -
     })
 }
 
-/// Every object's versions. Cairn keeps one version of each object, S3's `null`
-/// version (the latest), so this is the V1 listing in S3's version form: tools
-/// that empty a bucket or back it up by its versions work on it.
+/// Every version of every key: the objects (current and noncurrent) as
+/// `Version`, the delete markers as `DeleteMarker`, keys in byte order and each
+/// key's versions newest first (a bucket never versioned lists each object as
+/// its `null` version, the latest).
 pub(super) async fn list_object_versions(
     s3: &CairnS3,
     req: S3Request<ListObjectVersionsInput>,
@@ -139,56 +140,69 @@ pub(super) async fn list_object_versions(
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
     let key_marker = input.key_marker.clone().filter(|m| !m.is_empty());
-    match input.version_id_marker.as_deref().filter(|v| !v.is_empty()) {
-        Some(_) if key_marker.is_none() => {
-            return Err(s3_error!(
-                InvalidArgument,
-                "A version-id marker cannot be specified without a key marker."
-            ))
-        }
-        // The key's only version is `null`: the page starts at the next key.
-        Some(v) => current_version(Some(v))?,
-        None => {}
+    let version_marker = input.version_id_marker.as_deref().filter(|v| !v.is_empty());
+    if version_marker.is_some() && key_marker.is_none() {
+        return Err(s3_error!(
+            InvalidArgument,
+            "A version-id marker cannot be specified without a key marker."
+        ));
     }
-    let after = after_marker(key_marker, &prefix, input.delimiter.as_deref());
+    version_arg(version_marker)?;
     let listing = s3
         .store
-        .list_objects(
+        .list_object_versions(
             tenant,
             &input.bucket,
             &prefix,
-            after,
+            key_marker.as_deref(),
+            version_marker,
             input.delimiter.as_deref(),
             max,
         )
         .await
         .map_err(to_s3)?;
-    let next = listing.next.as_ref().map(|a| match a {
-        After::Key(k) | After::Prefix(k) => k.clone(),
-    });
     let owner = super::access::owner(tenant);
-    let (contents, prefixes) = listing_entries(&listing, enc, Some(owner));
-    let versions: Vec<ObjectVersion> = contents
+    let mut versions = Vec::new();
+    let mut markers = Vec::new();
+    for e in listing.entries {
+        let id = Some(e.version.stamp().shown().to_string());
+        match &e.version {
+            Version::Object(rec) => {
+                let o = object_entry(enc.key(e.key.clone()), rec);
+                versions.push(ObjectVersion {
+                    e_tag: o.e_tag,
+                    checksum_algorithm: o.checksum_algorithm,
+                    is_latest: Some(e.latest),
+                    key: o.key,
+                    last_modified: o.last_modified,
+                    owner: Some(owner.clone()),
+                    size: o.size,
+                    storage_class: Some(ObjectVersionStorageClass::from_static(
+                        ObjectVersionStorageClass::STANDARD,
+                    )),
+                    version_id: id,
+                    ..Default::default()
+                });
+            }
+            Version::DeleteMarker { modified_ms, .. } => markers.push(DeleteMarkerEntry {
+                is_latest: Some(e.latest),
+                key: Some(enc.key(e.key.clone())),
+                last_modified: Some(timestamp(*modified_ms)),
+                owner: Some(owner.clone()),
+                version_id: id,
+            }),
+        }
+    }
+    let prefixes: Vec<CommonPrefix> = listing
+        .prefixes
         .into_iter()
-        .map(|o| ObjectVersion {
-            e_tag: o.e_tag,
-            is_latest: Some(true),
-            key: o.key,
-            last_modified: o.last_modified,
-            owner: o.owner,
-            size: o.size,
-            storage_class: Some(ObjectVersionStorageClass::from_static(
-                ObjectVersionStorageClass::STANDARD,
-            )),
-            version_id: Some("null".into()),
-            ..Default::default()
+        .map(|p| CommonPrefix {
+            prefix: Some(enc.key(p)),
         })
         .collect();
-    // A page that ended on a key resumes after its (only) version; one that ended
-    // on a common prefix names no version.
-    let next_version = match &listing.next {
-        Some(After::Key(_)) => Some("null".to_string()),
-        _ => None,
+    let (next_key, next_version) = match listing.next {
+        Some((k, v)) => (Some(k), v),
+        None => (None, None),
     };
     Ok(S3Response::new(ListObjectVersionsOutput {
         name: Some(input.bucket),
@@ -197,10 +211,11 @@ pub(super) async fn list_object_versions(
         key_marker: Some(enc.key(input.key_marker.unwrap_or_default())),
         version_id_marker: Some(input.version_id_marker.unwrap_or_default()),
         max_keys: Some(max as i32),
-        is_truncated: Some(next.is_some()),
-        next_key_marker: enc.opt(next),
+        is_truncated: Some(next_key.is_some()),
+        next_key_marker: enc.opt(next_key),
         next_version_id_marker: next_version,
         versions: (!versions.is_empty()).then_some(versions),
+        delete_markers: (!markers.is_empty()).then_some(markers),
         common_prefixes: (!prefixes.is_empty()).then_some(prefixes),
         encoding_type: input.encoding_type,
         ..Default::default()

@@ -312,6 +312,7 @@ fn completed(
         key: Some(key.to_string()),
         location: Some(format!("/{bucket}/{key}")),
         e_tag: Some(etag(rec)),
+        version_id: shown_version(&rec.version),
         ..Default::default()
     };
     set_checksum!(out, rec.checksum.as_ref(), typed);

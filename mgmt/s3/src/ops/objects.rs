@@ -4,7 +4,7 @@ use super::common::*;
 use super::{access, CairnS3};
 use crate::error::to_s3;
 use crate::integrity::{self, Expectations, Verified};
-use cairn_meta::Precondition;
+use cairn_meta::{Precondition, Version};
 use cairn_objects::ObjectAttrs;
 use futures::StreamExt;
 use s3s::dto::*;
@@ -50,6 +50,7 @@ pub(super) async fn put_object(
         .map_err(|e| verdict.failure().unwrap_or_else(|| to_s3(e)))?;
     let mut out = PutObjectOutput {
         e_tag: Some(etag(&rec)),
+        version_id: shown_version(&rec.version),
         ..Default::default()
     };
     set_checksum!(out, rec.checksum.as_ref(), typed);
@@ -63,11 +64,11 @@ pub(super) async fn get_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
     let rec = head_if(
         s3,
         tenant,
         (&input.bucket, &input.key),
+        version_arg(input.version_id.as_deref())?,
         [&input.if_match, &input.if_none_match],
         [&input.if_modified_since, &input.if_unmodified_since],
     )
@@ -125,6 +126,7 @@ pub(super) async fn get_object(
         content_type: Some(content_type(&rec)),
         metadata: user_meta(&rec),
         tag_count: super::tagging::count(&rec.tags),
+        version_id: shown_version(&rec.version),
         ..Default::default()
     };
     // A checksum covers the whole object (S3 sends none with a range), or one
@@ -161,11 +163,11 @@ pub(super) async fn head_object(
     let tenant = s3.tenant(&req)?;
     access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
     let rec = head_if(
         s3,
         tenant,
         (&input.bucket, &input.key),
+        version_arg(input.version_id.as_deref())?,
         [&input.if_match, &input.if_none_match],
         [&input.if_modified_since, &input.if_unmodified_since],
     )
@@ -191,6 +193,7 @@ pub(super) async fn head_object(
         last_modified: Some(timestamp(rec.modified_ms)),
         content_type: Some(content_type(&rec)),
         metadata: user_meta(&rec),
+        version_id: shown_version(&rec.version),
         ..Default::default()
     };
     // As on GET: the whole object's checksum, or the part's.
@@ -216,7 +219,7 @@ pub(super) async fn delete_object(
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
+    let version = version_arg(input.version_id.as_deref())?.map(str::to_string);
     if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
         return Err(s3_error!(
             NotImplemented,
@@ -224,11 +227,16 @@ pub(super) async fn delete_object(
         ));
     }
     let cond = precondition(input.if_match, None)?;
-    s3.store
-        .delete_object(tenant, &input.bucket, &input.key, cond)
+    let deleted = s3
+        .store
+        .delete_version(tenant, &input.bucket, &input.key, cond, version)
         .await
         .map_err(to_s3)?;
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: deleted.as_ref().filter(|d| d.marker).map(|_| true),
+        version_id: deleted.as_ref().and_then(|d| shown_version(&d.version)),
+        ..Default::default()
+    }))
 }
 
 pub(super) async fn delete_objects(
@@ -248,29 +256,45 @@ pub(super) async fn delete_objects(
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
     for o in input.delete.objects {
-        let done = match (current_version(o.version_id.as_deref()), &o) {
+        let done = match (version_arg(o.version_id.as_deref()), &o) {
             (Err(e), _) => Err(e),
-            (Ok(()), o) if o.last_modified_time.is_some() || o.size.is_some() => Err(s3_error!(
+            (Ok(_), o) if o.last_modified_time.is_some() || o.size.is_some() => Err(s3_error!(
                 NotImplemented,
                 "LastModifiedTime and Size conditions are not implemented; use ETag"
             )),
-            (Ok(()), o) => {
+            (Ok(version), o) => {
                 let cond = Precondition {
                     if_match: o.e_tag.as_ref().map(|e| e.value().to_string()),
                     ..Default::default()
                 };
                 s3.store
-                    .delete_object(tenant, &input.bucket, &o.key, cond)
+                    .delete_version(
+                        tenant,
+                        &input.bucket,
+                        &o.key,
+                        cond,
+                        version.map(str::to_string),
+                    )
                     .await
                     .map_err(to_s3)
             }
         };
         match done {
-            Ok(()) => {
+            Ok(d) => {
                 if !quiet {
+                    // S3's answer: the version deleted as asked, or the delete
+                    // marker a delete of the latest made.
+                    let marker = d.as_ref().is_some_and(|d| d.marker);
+                    let id = d.as_ref().and_then(|d| shown_version(&d.version));
+                    let (version_id, marker_id) = match o.version_id.is_some() {
+                        true => (o.version_id.clone(), marker.then(|| id.clone()).flatten()),
+                        false => (None, id),
+                    };
                     deleted.push(DeletedObject {
                         key: Some(o.key),
-                        ..Default::default()
+                        version_id,
+                        delete_marker: marker.then_some(true),
+                        delete_marker_version_id: marker_id,
                     })
                 }
             }
@@ -335,21 +359,24 @@ pub(super) async fn copy_source(
     [if_match, if_none_match]: [&Option<ETagCondition>; 2],
     [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
 ) -> S3Result<(String, String, cairn_meta::ObjectRecord)> {
-    let (bucket, key) = match source {
+    let (bucket, key, version) = match source {
         CopySource::Bucket {
             bucket,
             key,
             version_id,
-        } => {
-            current_version(version_id.as_deref())?;
-            (bucket.to_string(), key.to_string())
-        }
+        } => (
+            bucket.to_string(),
+            key.to_string(),
+            version_arg(version_id.as_deref())?,
+        ),
         _ => return Err(s3_error!(NotImplemented, "access-point copy sources")),
     };
+    // A copy of a delete marker is S3's 400, not 405.
     let src = head_if(
         s3,
         tenant,
         (&bucket, &key),
+        version,
         [if_match, if_none_match],
         [if_modified_since, if_unmodified_since],
     )
@@ -357,6 +384,11 @@ pub(super) async fn copy_source(
     .map_err(|e| {
         if *e.code() == s3s::S3ErrorCode::NotModified {
             s3_error!(PreconditionFailed)
+        } else if *e.code() == s3s::S3ErrorCode::MethodNotAllowed {
+            s3_error!(
+                InvalidRequest,
+                "The source of a copy request may not specifically refer to a delete marker by version id."
+            )
         } else {
             e
         }
@@ -364,21 +396,55 @@ pub(super) async fn copy_source(
     Ok((bucket, key, src))
 }
 
-/// The object's manifest, if a read's conditions hold (S3's rules: a failed
-/// If-Match or If-Unmodified-Since is 412, a matched If-None-Match or an
-/// unmodified If-Modified-Since is 304).
+/// The object's manifest (its current version, or `version`), if a read's
+/// conditions hold (S3's rules: a failed If-Match or If-Unmodified-Since is 412,
+/// a matched If-None-Match or an unmodified If-Modified-Since is 304). A key
+/// whose latest version is a delete marker is 404 with `x-amz-delete-marker`;
+/// a version that is a delete marker is 405.
 pub(super) async fn head_if(
     s3: &CairnS3,
     tenant: u64,
     (bucket, key): (&str, &str),
+    version: Option<&str>,
     [if_match, if_none_match]: [&Option<ETagCondition>; 2],
     [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
 ) -> S3Result<cairn_meta::ObjectRecord> {
-    let rec = s3
-        .store
-        .head_object(tenant, bucket, key)
-        .await
-        .map_err(to_s3)?;
+    let rec = match version {
+        None => match s3.store.head_object(tenant, bucket, key).await {
+            Ok(rec) => rec,
+            Err(e) => {
+                let mut e = to_s3(e);
+                if *e.code() == s3s::S3ErrorCode::NoSuchKey {
+                    if let Ok(Some(m)) = s3.store.latest_marker(tenant, bucket, key).await {
+                        delete_marker_headers(&mut e, &m);
+                    }
+                }
+                return Err(e);
+            }
+        },
+        Some(id) => match s3
+            .store
+            .object_version(tenant, bucket, key, id)
+            .await
+            .map_err(to_s3)?
+        {
+            Some((Version::Object(rec), _)) => *rec,
+            Some((Version::DeleteMarker { version, .. }, _)) => {
+                let mut e = s3_error!(
+                    MethodNotAllowed,
+                    "The specified method is not allowed against this resource."
+                );
+                delete_marker_headers(&mut e, &version);
+                return Err(e);
+            }
+            None => {
+                return Err(s3_error!(
+                    NoSuchVersion,
+                    "The specified version does not exist."
+                ))
+            }
+        },
+    };
     check_read_conditions(
         &rec,
         if_match,
@@ -415,7 +481,15 @@ pub(super) async fn copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if src_bucket == input.bucket && src_key == input.key && !replace {
+    let from_version = matches!(
+        &input.copy_source,
+        CopySource::Bucket {
+            version_id: Some(_),
+            ..
+        }
+    );
+    // (A version copied onto its own key is how a versioned object is restored.)
+    if src_bucket == input.bucket && src_key == input.key && !replace && !from_version {
         return Err(s3_error!(
             InvalidRequest,
             "copying an object onto itself without changing its metadata is not allowed"
@@ -480,6 +554,8 @@ pub(super) async fn copy_object(
     set_checksum!(result, rec.checksum.as_ref(), typed);
     Ok(S3Response::new(CopyObjectOutput {
         copy_object_result: Some(result),
+        version_id: shown_version(&rec.version),
+        copy_source_version_id: shown_version(&src.version),
         ..Default::default()
     }))
 }

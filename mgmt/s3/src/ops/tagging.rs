@@ -115,38 +115,53 @@ pub(super) async fn get_object_tagging(
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
-    let rec = s3
-        .store
-        .head_object(tenant, &input.bucket, &input.key)
-        .await
-        .map_err(to_s3)?;
+    let rec = super::objects::head_if(
+        s3,
+        tenant,
+        (&input.bucket, &input.key),
+        version_arg(input.version_id.as_deref())?,
+        [&None, &None],
+        [&None, &None],
+    )
+    .await?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_set(&rec.tags),
-        version_id: None,
+        version_id: shown_version(&rec.version),
     }))
 }
 
-/// Puts `tags` on the current write of the key.
+/// Puts `tags` on the current write of the key (`version`, when named, must be
+/// it: the tags of noncurrent versions are kept as they were). Returns the
+/// version tagged, as S3 shows it.
 async fn set_object_tags(
     s3: &CairnS3,
     tenant: u64,
     (bucket, key): (&str, &str),
+    version: Option<&str>,
     tags: BTreeMap<String, String>,
-) -> S3Result<()> {
+) -> S3Result<Option<String>> {
     for _ in 0..TRIES {
-        let rec = s3
-            .store
-            .head_object(tenant, bucket, key)
-            .await
-            .map_err(to_s3)?;
+        let rec = match s3.store.head_object(tenant, bucket, key).await {
+            Ok(rec) if version.is_none_or(|v| rec.version.shown() == v) => rec,
+            Err(e) if version.is_none() => return Err(to_s3(e)),
+            _ => {
+                // Another version named: 404 if it is not there at all.
+                let no = [&None, &None];
+                super::objects::head_if(s3, tenant, (bucket, key), version, no, [&None, &None])
+                    .await?;
+                return Err(s3_error!(
+                    NotImplemented,
+                    "The tags of a noncurrent version cannot be changed"
+                ));
+            }
+        };
         match s3
             .store
             .replace_tags(tenant, bucket, key, WriteId::of(&rec), tags.clone())
             .await
         {
             Err(ObjectError::Meta(cairn_meta::MetaError::PreconditionFailed)) => continue,
-            r => return r.map_err(to_s3),
+            r => return r.map(|_| shown_version(&rec.version)).map_err(to_s3),
         }
     }
     Err(s3_error!(
@@ -161,10 +176,11 @@ pub(super) async fn put_object_tagging(
 ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
+    let version = version_arg(input.version_id.as_deref())?;
     let tags = from_set(input.tagging.tag_set, MAX_OBJECT_TAGS, "Object")?;
-    set_object_tags(s3, tenant, (&input.bucket, &input.key), tags).await?;
-    Ok(S3Response::new(PutObjectTaggingOutput { version_id: None }))
+    let version_id =
+        set_object_tags(s3, tenant, (&input.bucket, &input.key), version, tags).await?;
+    Ok(S3Response::new(PutObjectTaggingOutput { version_id }))
 }
 
 pub(super) async fn delete_object_tagging(
@@ -173,11 +189,16 @@ pub(super) async fn delete_object_tagging(
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    current_version(input.version_id.as_deref())?;
-    set_object_tags(s3, tenant, (&input.bucket, &input.key), BTreeMap::new()).await?;
-    Ok(S3Response::new(DeleteObjectTaggingOutput {
-        version_id: None,
-    }))
+    let version = version_arg(input.version_id.as_deref())?;
+    let version_id = set_object_tags(
+        s3,
+        tenant,
+        (&input.bucket, &input.key),
+        version,
+        BTreeMap::new(),
+    )
+    .await?;
+    Ok(S3Response::new(DeleteObjectTaggingOutput { version_id }))
 }
 
 pub(super) async fn get_bucket_tagging(
