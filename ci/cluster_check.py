@@ -380,6 +380,7 @@ def main():
             sys.exit(f"FAIL: after removing {old}: {st}")
         print(f"old node {old} removed; still fully protected", flush=True)
         read_all([n["node"] for n in nodes], "after replacing a node")
+        versions_verify("after replacing a node")
 
     if a.drain:
         d = a.drain
@@ -419,6 +420,7 @@ def main():
               f"still fully protected: {st['objects']}", flush=True)
         c.stop(d)
         read_all([n["node"] for n in nodes if n["node"] != d], "with the drained node stopped")
+        versions_verify("with the drained node stopped", [n["node"] for n in nodes if n["node"] != d])
     print("cluster check passed")
 
 
@@ -620,27 +622,28 @@ def versions_check(nodes, clients):
         return sorted((v["Key"], v["VersionId"], v["IsLatest"], "Size" in v) for p in pages
                       for v in p.get("Versions", []) + p.get("DeleteMarkers", []))
 
-    def verify(label):
+    def verify(label, via=None):
         t = time.time()
-        first = listing(ids[0])
+        via = via or ids
+        first = listing(via[0])
         if len(first) != len(bodies) + 1:
             sys.exit(f"FAIL: versions ({label}): {len(first)} listed, {len(bodies)} written + 1 marker")
-        for j, node in enumerate(ids):
+        for node in via:
             if listing(node) != first:
-                sys.exit(f"FAIL: versions ({label}): node {node} lists other versions than node {ids[0]}")
+                sys.exit(f"FAIL: versions ({label}): node {node} lists other versions than node {via[0]}")
         for j, ((k, v), md5) in enumerate(sorted(bodies.items())):
-            node = ids[j % len(ids)]
+            node = via[j % len(via)]
             got = clients[node].get_object(Bucket=bucket, Key=k, VersionId=v)["Body"].read()
             if hashlib.md5(got).hexdigest() != md5:
                 sys.exit(f"FAIL: versions ({label}): {k} version {v} through node {node}: wrong bytes")
         try:
-            clients[ids[2]].get_object(Bucket=bucket, Key="v/0")
+            clients[via[-1]].get_object(Bucket=bucket, Key="v/0")
             sys.exit(f"FAIL: versions ({label}): v/0 readable under its delete marker {marker}")
         except botocore.exceptions.ClientError as e:
             if e.response["Error"]["Code"] != "NoSuchKey":
                 raise
         print(f"versions ({label}): {len(bodies)} versions and a delete marker, listed alike on "
-              f"{len(ids)} nodes, each read bit-exact ({time.time()-t:.1f} s)", flush=True)
+              f"{len(via)} nodes, each read bit-exact ({time.time()-t:.1f} s)", flush=True)
 
     verify("written")
     return verify
