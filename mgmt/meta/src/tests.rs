@@ -1,6 +1,6 @@
 use super::*;
 
-fn obj(etag: &str, size: u64) -> ObjectRecord {
+pub(super) fn obj(etag: &str, size: u64) -> ObjectRecord {
     ObjectRecord {
         size,
         etag: etag.to_string(),

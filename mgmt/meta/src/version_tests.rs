@@ -7,28 +7,9 @@ use super::*;
 /// An object whose one extent has id `id` (so which bytes a version holds
 /// shows in `freed` and in the collector's walk).
 fn obj(id: u128, size: u64) -> ObjectRecord {
-    ObjectRecord {
-        size,
-        etag: format!("e{id}"),
-        modified_ms: 1,
-        content_type: None,
-        user_meta: Default::default(),
-        headers: Default::default(),
-        checksum: None,
-        extents: vec![Extent {
-            id,
-            size,
-            layout: Layout::Replicated {
-                drives: vec![0],
-                sum: None,
-                tag: None,
-            },
-            sealed: None,
-        }],
-        part_checksums: Vec::new(),
-        tags: Default::default(),
-        version: Default::default(),
-    }
+    let mut o = super::tests::obj(&format!("e{id}"), size);
+    o.extents[0].id = id;
+    o
 }
 
 async fn setup(state: Option<Versioning>) -> (tempfile::TempDir, MetaStore) {

@@ -115,15 +115,8 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
-    super::objects::head_if(
-        s3,
-        tenant,
-        (&req.input.bucket, &req.input.key),
-        super::common::version_arg(req.input.version_id.as_deref())?,
-        [&None, &None],
-        [&None, &None],
-    )
-    .await?;
+    let object = (req.input.bucket.as_str(), req.input.key.as_str());
+    super::objects::version_of(s3, tenant, object, req.input.version_id.as_deref()).await?;
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(owner_grants(tenant)),
         owner: Some(owner(tenant)),
@@ -136,15 +129,8 @@ pub(super) async fn put_object_acl(
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
     let tenant = s3.tenant(&req)?;
-    super::objects::head_if(
-        s3,
-        tenant,
-        (&req.input.bucket, &req.input.key),
-        super::common::version_arg(req.input.version_id.as_deref())?,
-        [&None, &None],
-        [&None, &None],
-    )
-    .await?;
+    let object = (req.input.bucket.as_str(), req.input.key.as_str());
+    super::objects::version_of(s3, tenant, object, req.input.version_id.as_deref()).await?;
     let id = format!("{tenant:016x}");
     refuse_grants(&req.headers, req.input.access_control_policy.as_ref(), &id)?;
     Ok(S3Response::new(PutObjectAclOutput::default()))

@@ -2,7 +2,7 @@
 //! in one answer (what SDKs use to check a multipart object part by part).
 
 use super::common::*;
-use super::objects::{head_if, parts_of};
+use super::objects::{parts_of, version_of};
 use super::CairnS3;
 use s3s::dto::*;
 use s3s::{s3_error, S3Request, S3Response, S3Result};
@@ -14,15 +14,8 @@ pub(super) async fn get_object_attributes(
     let tenant = s3.tenant(&req)?;
     super::access::refuse_sse_c_read(&req.headers)?;
     let input = req.input;
-    let rec = head_if(
-        s3,
-        tenant,
-        (&input.bucket, &input.key),
-        version_arg(input.version_id.as_deref())?,
-        [&None, &None],
-        [&None, &None],
-    )
-    .await?;
+    let object = (input.bucket.as_str(), input.key.as_str());
+    let rec = version_of(s3, tenant, object, input.version_id.as_deref()).await?;
     // One header, comma-separated (s3s may hand it over as one element).
     let wanted: Vec<String> = input
         .object_attributes

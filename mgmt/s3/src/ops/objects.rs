@@ -455,6 +455,26 @@ pub(super) async fn head_if(
     Ok(rec)
 }
 
+/// The manifest of `bucket/key`, its current version or the one `version_id`
+/// names (validated here), without read conditions: see [`head_if`].
+pub(super) async fn version_of(
+    s3: &CairnS3,
+    tenant: u64,
+    (bucket, key): (&str, &str),
+    version_id: Option<&str>,
+) -> S3Result<cairn_meta::ObjectRecord> {
+    let version = version_arg(version_id)?;
+    head_if(
+        s3,
+        tenant,
+        (bucket, key),
+        version,
+        [&None, &None],
+        [&None, &None],
+    )
+    .await
+}
+
 pub(super) async fn copy_object(
     s3: &CairnS3,
     req: S3Request<CopyObjectInput>,

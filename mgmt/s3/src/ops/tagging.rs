@@ -115,15 +115,8 @@ pub(super) async fn get_object_tagging(
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    let rec = super::objects::head_if(
-        s3,
-        tenant,
-        (&input.bucket, &input.key),
-        version_arg(input.version_id.as_deref())?,
-        [&None, &None],
-        [&None, &None],
-    )
-    .await?;
+    let object = (input.bucket.as_str(), input.key.as_str());
+    let rec = super::objects::version_of(s3, tenant, object, input.version_id.as_deref()).await?;
     Ok(S3Response::new(GetObjectTaggingOutput {
         tag_set: to_set(&rec.tags),
         version_id: shown_version(&rec.version),
@@ -146,9 +139,7 @@ async fn set_object_tags(
             Err(e) if version.is_none() => return Err(to_s3(e)),
             _ => {
                 // Another version named: 404 if it is not there at all.
-                let no = [&None, &None];
-                super::objects::head_if(s3, tenant, (bucket, key), version, no, [&None, &None])
-                    .await?;
+                super::objects::version_of(s3, tenant, (bucket, key), version).await?;
                 return Err(s3_error!(
                     NotImplemented,
                     "The tags of a noncurrent version cannot be changed"
