@@ -277,3 +277,118 @@ async fn versions_are_kept_read_deleted_and_survive_a_restart() {
     assert!(versions(&c).await.is_empty());
     c.delete_bucket().bucket(B).send().await.unwrap();
 }
+
+#[tokio::test]
+async fn lifecycle_takes_noncurrent_versions_and_lone_markers() {
+    use aws_sdk_s3::types::{
+        BucketLifecycleConfiguration, ExpirationStatus, LifecycleExpiration, LifecycleRule,
+        LifecycleRuleFilter, NoncurrentVersionExpiration,
+    };
+    // A lifecycle day lasts a second here, and the worker runs every second.
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_LIFECYCLE_DAY", "1"), ("CAIRN_LIFECYCLE_EVERY", "1")],
+        ..NodeOptions::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket(B).send().await.unwrap();
+    c.put_bucket_versioning()
+        .bucket(B)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // n/: four versions, of which the rule keeps the current and the newest
+    // noncurrent one. m/: a delete marker left alone, removed. cur/: expiry
+    // of the current version makes a marker and keeps the bytes. keep/: no rule.
+    let mut n = Vec::new();
+    for i in 0..4 {
+        n.push(put(&c, "n/doc", format!("v{i}").as_bytes()).await);
+    }
+    let m = put(&c, "m/gone", b"m").await;
+    c.delete_object()
+        .bucket(B)
+        .key("m/gone")
+        .send()
+        .await
+        .unwrap();
+    c.delete_object()
+        .bucket(B)
+        .key("m/gone")
+        .version_id(&m)
+        .send()
+        .await
+        .unwrap();
+    let cur = put(&c, "cur/x", b"cur").await;
+    put(&c, "keep/a", b"k1").await;
+    put(&c, "keep/a", b"k2").await;
+    let rule = |id: &str, p: &str| {
+        LifecycleRule::builder()
+            .id(id)
+            .status(ExpirationStatus::Enabled)
+            .filter(LifecycleRuleFilter::builder().prefix(p).build())
+    };
+    let rules = vec![
+        rule("n", "n/")
+            .noncurrent_version_expiration(
+                NoncurrentVersionExpiration::builder()
+                    .noncurrent_days(1)
+                    .newer_noncurrent_versions(1)
+                    .build(),
+            )
+            .build()
+            .unwrap(),
+        rule("m", "m/")
+            .expiration(
+                LifecycleExpiration::builder()
+                    .expired_object_delete_marker(true)
+                    .build(),
+            )
+            .build()
+            .unwrap(),
+        rule("cur", "cur/")
+            .expiration(LifecycleExpiration::builder().days(1).build())
+            .build()
+            .unwrap(),
+    ];
+    c.put_bucket_lifecycle_configuration()
+        .bucket(B)
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .set_rules(Some(rules))
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let want = |v: &[(String, String, bool, bool)]| {
+        let ids = |k: &str| v.iter().filter(|e| e.0 == k).count();
+        ids("n/doc") == 2 && ids("m/gone") == 0 && ids("cur/x") == 2 && ids("keep/a") == 2
+    };
+    let t = std::time::Instant::now();
+    let mut listed = versions(&c).await;
+    while !want(&listed) {
+        assert!(
+            t.elapsed().as_secs() < 30,
+            "lifecycle did not act: {listed:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        listed = versions(&c).await;
+    }
+    // n/doc: the current version and the newest noncurrent one, bytes intact.
+    let n_left: Vec<&str> = listed
+        .iter()
+        .filter(|e| e.0 == "n/doc")
+        .map(|e| e.1.as_str())
+        .collect();
+    assert_eq!(n_left, [n[3].as_str(), n[2].as_str()]);
+    assert_eq!(get(&c, "n/doc", Some(&n[2])).await, b"v2");
+    // cur/x: a delete marker on top, the bytes still there by version id.
+    let r = c.get_object().bucket(B).key("cur/x").send().await;
+    assert_eq!(code(r), "NoSuchKey");
+    assert_eq!(get(&c, "cur/x", Some(&cur)).await, b"cur");
+}

@@ -38,7 +38,7 @@ pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
 use usage::Delta;
 pub use usage::{Quota, Usage};
-pub use version_list::{ManifestCursor, VersionEntry, VersionListing};
+pub use version_list::{noncurrent_ages, ManifestCursor, VersionEntry, VersionListing};
 use versions::VERSIONS;
 pub use versions::{seq_of, valid_id, Deleted, Version};
 
@@ -362,6 +362,9 @@ pub enum Expiry {
     Object { key: String, of: WriteId },
     /// An incomplete multipart upload.
     Upload { upload_id: String },
+    /// Version `id` of `key`: a noncurrent version (NoncurrentVersionExpiration)
+    /// or a delete marker left alone (ExpiredObjectDeleteMarker).
+    Version { key: String, id: String },
 }
 
 /// Which write an object holds: the same bytes written twice are two writes (their
@@ -1267,6 +1270,34 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                         Some(current),
                         *now_ms,
                     )
+                }
+                Expiry::Version { key, id } => {
+                    let due = {
+                        let v = tx.open_table(VERSIONS)?;
+                        let all: Vec<Version> =
+                            version_list::versions_of(&objects, &v, bucket, key)?
+                                .into_iter()
+                                .map(|(v, _)| v)
+                                .collect();
+                        let ages = noncurrent_ages(&all);
+                        let at = all.iter().position(|v| v.stamp().shown() == id);
+                        match at.map(|i| (&all[i], ages[i])) {
+                            Some((Version::Object(o), Some(age))) => b
+                                .lifecycle
+                                .iter()
+                                .any(|r| r.expires_noncurrent(key, o, age, *now_ms, *day_ms)),
+                            Some((Version::DeleteMarker { .. }, None)) => {
+                                all.len() == 1
+                                    && b.lifecycle.iter().any(|r| r.removes_lone_marker(key))
+                            }
+                            _ => false,
+                        }
+                    };
+                    if !due {
+                        return Err(MetaError::PreconditionFailed);
+                    }
+                    let cond = Precondition::default();
+                    versions::delete_version(tx, &buckets, &mut objects, bucket, key, id, &cond)
                 }
                 Expiry::Upload { upload_id } => {
                     let u = get_upload(tx, bucket, upload_id)?;

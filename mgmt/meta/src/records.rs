@@ -120,6 +120,33 @@ impl LifecycleRule {
         self.enabled && (by_age || by_date) && self.selects(key, rec.size, &rec.tags)
     }
 
+    /// Whether the rule, enabled, removes noncurrent version `rec` of `key` by
+    /// `now_ms`: noncurrent since `since_ms` (when the version after it was
+    /// made) for the rule's days, with at least the rule's number of newer
+    /// noncurrent versions kept (`newer` of them are).
+    pub fn expires_noncurrent(
+        &self,
+        key: &str,
+        rec: &ObjectRecord,
+        (since_ms, newer): (i64, usize),
+        now_ms: i64,
+        day_ms: i64,
+    ) -> bool {
+        self.enabled
+            && self
+                .noncurrent_days
+                .is_some_and(|d| lifecycle_due(since_ms, d, day_ms) <= now_ms)
+            && newer >= self.newer_noncurrent_versions.unwrap_or(0) as usize
+            && self.selects(key, rec.size, &rec.tags)
+    }
+
+    /// Whether the rule, enabled, removes a delete marker of `key` that is the
+    /// key's only version left (S3's ExpiredObjectDeleteMarker; only a prefix
+    /// filters markers, which have no tags or size).
+    pub fn removes_lone_marker(&self, key: &str) -> bool {
+        self.enabled && self.expired_delete_marker && key.starts_with(&self.prefix)
+    }
+
     /// Whether the rule, enabled, aborts the multipart upload `u` by `now_ms`
     /// (only a prefix may filter this action, as in S3).
     pub fn aborts(&self, u: &UploadRecord, now_ms: i64, day_ms: i64) -> bool {

@@ -30,7 +30,7 @@ pub struct VersionListing {
 }
 
 /// Every version of a key, newest first, the latest marked.
-fn versions_of<O, V>(
+pub(crate) fn versions_of<O, V>(
     objects: &O,
     versions: &V,
     bucket: &str,
@@ -50,6 +50,24 @@ where
         out.push((v, first && i == 0));
     }
     Ok(out)
+}
+
+/// Where each of a key's versions (newest first, as [`versions_of`] gives them)
+/// stands for the lifecycle's noncurrent rules: none for the latest, else when
+/// it stopped being current (the next newer version's time) and how many
+/// noncurrent object versions are newer than it.
+pub fn noncurrent_ages(versions: &[Version]) -> Vec<Option<(i64, usize)>> {
+    let mut newer = 0;
+    let mut out = Vec::with_capacity(versions.len());
+    for (i, v) in versions.iter().enumerate() {
+        if i == 0 {
+            out.push(None);
+            continue;
+        }
+        out.push(Some((versions[i - 1].modified_ms(), newer)));
+        newer += v.object().is_some() as usize;
+    }
+    out
 }
 
 /// The first key of `bucket` at or after `from` in either table.
@@ -105,6 +123,16 @@ impl MetaStore {
         Ok(versions_of(&o, &v, bucket, key)?
             .into_iter()
             .find(|(v, _)| v.stamp().shown() == id))
+    }
+
+    /// Every version of `key`, newest first.
+    pub fn versions_of_key(&self, bucket: &str, key: &str) -> Result<Vec<Version>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let (o, v) = (tx.open_table(OBJECTS)?, tx.open_table(VERSIONS)?);
+        Ok(versions_of(&o, &v, bucket, key)?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect())
     }
 
     /// The delete marker `key` reads as deleted by, if its latest version is one.

@@ -320,3 +320,66 @@ async fn one_write_applied_twice_is_one_version() {
     assert_eq!(d.freed.len(), 1);
     assert!(kept(&s).is_empty());
 }
+
+#[tokio::test]
+async fn lifecycle_removes_noncurrent_versions_only_when_the_rules_say_so() {
+    let (_d, s) = setup(Some(Versioning::Enabled)).await;
+    // modified_ms 1 for every version: all noncurrent since t = 1.
+    let ids: Vec<String> = {
+        let mut v = Vec::new();
+        for id in 1..=4 {
+            v.push(
+                put(&s, "k", id)
+                    .await
+                    .object
+                    .unwrap()
+                    .version
+                    .shown()
+                    .to_string(),
+            );
+        }
+        v
+    };
+    let all = s.versions_of_key("b", "k").unwrap();
+    assert_eq!(
+        noncurrent_ages(&all),
+        vec![None, Some((1, 0)), Some((1, 1)), Some((1, 2))]
+    );
+    let expire = |id: &str| Mutation::Expire {
+        bucket: "b".into(),
+        what: Expiry::Version {
+            key: "k".into(),
+            id: id.to_string(),
+        },
+        now_ms: 10_000,
+        day_ms: 1000,
+    };
+    // No rule yet: refused, nothing removed.
+    let r = s.apply(expire(&ids[0])).await;
+    assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");
+    let rule = LifecycleRule {
+        id: "nc".into(),
+        enabled: true,
+        noncurrent_days: Some(1),
+        newer_noncurrent_versions: Some(1),
+        ..Default::default()
+    };
+    s.apply(Mutation::ChangeBucket {
+        name: "b".into(),
+        change: BucketChange::Lifecycle(vec![rule]),
+    })
+    .await
+    .unwrap();
+    // The current version and the newest noncurrent one are kept.
+    for id in [&ids[3], &ids[2]] {
+        let r = s.apply(expire(id)).await;
+        assert!(
+            matches!(r, Err(MetaError::PreconditionFailed)),
+            "{id}: {r:?}"
+        );
+    }
+    let r = s.apply(expire(&ids[1])).await.unwrap();
+    assert_eq!(r.freed.iter().map(|e| e.id).collect::<Vec<_>>(), vec![2]);
+    s.apply(expire(&ids[0])).await.unwrap();
+    assert_eq!(kept(&s), vec![3, 4]);
+}

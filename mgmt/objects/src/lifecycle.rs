@@ -2,7 +2,12 @@
 //! background. A current object a rule selects expires once its age passes the
 //! rule's days (counted S3's way: from the write, rounded up to the next
 //! midnight UTC) or the rule's date passes; a multipart upload not completed
-//! within a rule's days is aborted and its parts freed.
+//! within a rule's days is aborted and its parts freed. In a versioned bucket,
+//! an expiry makes a delete marker (the metadata's doing); a noncurrent version
+//! goes for good once it has been noncurrent for a rule's noncurrent days with
+//! the rule's number of newer noncurrent versions kept; a delete marker that
+//! is its key's only version left goes where a rule says
+//! ExpiredObjectDeleteMarker.
 //!
 //! The worker only proposes: each deletion is a `Mutation::Expire` that the
 //! metadata checks again as it applies, against the bucket's rules and the
@@ -13,7 +18,7 @@
 //! change of leader) is refused just as harmlessly.
 
 use crate::{ObjectError, ObjectStore};
-use cairn_meta::{Expiry, LifecycleRule, MetaError, Mutation, WriteId};
+use cairn_meta::{noncurrent_ages, Expiry, LifecycleRule, MetaError, Mutation, Version, WriteId};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +55,13 @@ impl ObjectStore {
             pass.aborted += self
                 .abort_incomplete(&bucket, b.tenant, now_ms, day_ms)
                 .await?;
+            let for_versions =
+                |r: &LifecycleRule| r.noncurrent_days.is_some() || r.expired_delete_marker;
+            if b.versioning.is_some() && b.lifecycle.iter().any(for_versions) {
+                pass.expired += self
+                    .expire_versions(&bucket, b.tenant, now_ms, day_ms)
+                    .await?;
+            }
         }
         let c = &self.counters;
         c.lifecycle_expired
@@ -139,6 +151,83 @@ impl ObjectStore {
                 return Ok(expired);
             }
         }
+    }
+
+    /// Noncurrent versions and lone delete markers the rules take. The listing
+    /// gives each key's versions newest first; a key cut by a page boundary is
+    /// read whole again on the next page's side (its versions re-read from the
+    /// metadata), so each version is judged with its whole key in view.
+    async fn expire_versions(
+        &self,
+        bucket: &str,
+        tenant: u64,
+        now_ms: i64,
+        day_ms: i64,
+    ) -> Result<u64, ObjectError> {
+        let mut expired = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let rules = self.rules_now(bucket)?;
+            if rules.is_empty() {
+                return Ok(expired);
+            }
+            let page = self
+                .meta
+                .list_versions(bucket, "", after.as_deref(), None, None, PAGE)?;
+            let full = page.next.is_some();
+            let mut keys: Vec<String> = page.entries.into_iter().map(|e| e.key).collect();
+            keys.dedup();
+            // The last key of a full page may go on in the next: it is judged
+            // there (the next page resumes after the key before it).
+            if full && keys.len() > 1 {
+                keys.pop();
+            }
+            let Some(last) = keys.last().cloned() else {
+                return Ok(expired);
+            };
+            for key in keys {
+                for id in self.versions_due(bucket, &key, &rules, now_ms, day_ms)? {
+                    let what = Expiry::Version {
+                        key: key.clone(),
+                        id: id.clone(),
+                    };
+                    if self.expire(tenant, bucket, what, now_ms, day_ms).await? {
+                        expired += 1;
+                        tracing::info!(%bucket, %key, version = %id, "lifecycle: version removed");
+                    }
+                }
+            }
+            if !full {
+                return Ok(expired);
+            }
+            after = Some(last);
+        }
+    }
+
+    /// The version ids of `key` the rules take now.
+    fn versions_due(
+        &self,
+        bucket: &str,
+        key: &str,
+        rules: &[LifecycleRule],
+        now_ms: i64,
+        day_ms: i64,
+    ) -> Result<Vec<String>, ObjectError> {
+        let all = self.meta.versions_of_key(bucket, key)?;
+        let ages = noncurrent_ages(&all);
+        let lone_marker = all.len() == 1 && rules.iter().any(|r| r.removes_lone_marker(key));
+        Ok(all
+            .iter()
+            .zip(ages)
+            .filter(|(v, age)| match (v, age) {
+                (Version::Object(o), Some(age)) => rules
+                    .iter()
+                    .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms)),
+                (Version::DeleteMarker { .. }, None) => lone_marker,
+                _ => false,
+            })
+            .map(|(v, _)| v.stamp().shown().to_string())
+            .collect())
     }
 
     async fn abort_incomplete(
