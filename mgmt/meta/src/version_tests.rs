@@ -116,6 +116,11 @@ async fn enabled_keeps_every_version_and_deletes_make_markers() {
         s.latest_marker("b", "k").unwrap(),
         Some(marker.version.clone())
     );
+    assert_eq!(
+        s.version_count().unwrap(),
+        2,
+        "markers hold no bytes to scrub"
+    );
     assert_eq!(kept(&s), vec![1, 2]);
     let m = marker.version.shown().to_string();
     assert_eq!(

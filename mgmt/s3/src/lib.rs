@@ -127,6 +127,7 @@ async fn guarded(
     req.extensions_mut().insert(op.clone());
     let received = declared_length(req.headers());
     let is_head = req.method() == http::Method::HEAD;
+    let unanswerable_expect = expects_continue_without_body(req.headers());
     // Kept for the error line (a Uri clone shares its bytes: no copy per request).
     let (method, uri) = (req.method().clone(), req.uri().clone());
     let origin = req
@@ -159,6 +160,17 @@ async fn guarded(
         && resp.headers().contains_key(http::header::CONTENT_RANGE)
     {
         *resp.status_mut() = http::StatusCode::PARTIAL_CONTENT;
+    }
+    if unanswerable_expect {
+        // hyper sends no `100 Continue` for an empty body (RFC 9110 allows it),
+        // and botocore then takes the final answer for the interim one and
+        // misreads the next answer on the same connection (no headers, after
+        // the idle timeout). S3 sends the 100; not being able to, close the
+        // connection after this answer, so no next request meets the confusion.
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
     }
     let (id, id2) = request_ids(resp.headers_mut());
     let status = resp.status().as_u16();
@@ -205,6 +217,16 @@ async fn guarded(
         }
     }
     Ok(resp)
+}
+
+/// A request that asks for `100 Continue` before a body it declares empty.
+fn expects_continue_without_body(h: &http::HeaderMap) -> bool {
+    let expects = h
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    expects
+        && h.get(http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == b"0")
 }
 
 /// What is refused before S3 looks at the request: a presigned URL valid for

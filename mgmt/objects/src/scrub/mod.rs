@@ -206,8 +206,7 @@ impl ObjectStore {
         self.sync().await?;
         let mut pass = ScrubPass {
             started_ms: cairn_meta::now_ms(),
-            // Noncurrent versions are walked too (delete markers, which hold no
-            // bytes, counted in the total but never checked).
+            // Noncurrent versions are walked too.
             objects_total: self.meta.object_count()? + self.meta.version_count()?,
             ..Default::default()
         };

@@ -33,6 +33,7 @@ pub(super) async fn get_object_attributes(
     }
     let mut out = GetObjectAttributesOutput {
         last_modified: Some(timestamp(rec.modified_ms)),
+        version_id: shown_version(&rec.version),
         ..Default::default()
     };
     if wants("etag") {

@@ -531,6 +531,7 @@ pub(super) async fn upload_part_copy(
     set_checksum!(result, rec.checksum.as_ref());
     Ok(S3Response::new(UploadPartCopyOutput {
         copy_part_result: Some(result),
+        copy_source_version_id: shown_version(&src.version),
         ..Default::default()
     }))
 }
