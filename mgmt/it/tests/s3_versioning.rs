@@ -323,6 +323,7 @@ async fn lifecycle_takes_noncurrent_versions_and_lone_markers() {
         .await
         .unwrap();
     let cur = put(&c, "cur/x", b"cur").await;
+    put(&c, "d/x", b"d").await;
     put(&c, "keep/a", b"k1").await;
     put(&c, "keep/a", b"k2").await;
     let rule = |id: &str, p: &str| {
@@ -353,7 +354,40 @@ async fn lifecycle_takes_noncurrent_versions_and_lone_markers() {
             .expiration(LifecycleExpiration::builder().days(1).build())
             .build()
             .unwrap(),
+        // Expiry by days makes a marker, the old version goes, then the marker,
+        // left alone, goes too (S3 does that "when the markers are old enough").
+        rule("d", "d/")
+            .expiration(LifecycleExpiration::builder().days(1).build())
+            .noncurrent_version_expiration(
+                NoncurrentVersionExpiration::builder()
+                    .noncurrent_days(1)
+                    .build(),
+            )
+            .build()
+            .unwrap(),
     ];
+    let r = c
+        .put_bucket_lifecycle_configuration()
+        .bucket(B)
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(
+                    rule("zero", "z/")
+                        .noncurrent_version_expiration(
+                            NoncurrentVersionExpiration::builder()
+                                .noncurrent_days(1)
+                                .newer_noncurrent_versions(0)
+                                .build(),
+                        )
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await;
+    assert_eq!(code(r), "InvalidArgument");
     c.put_bucket_lifecycle_configuration()
         .bucket(B)
         .lifecycle_configuration(
@@ -367,7 +401,11 @@ async fn lifecycle_takes_noncurrent_versions_and_lone_markers() {
         .unwrap();
     let want = |v: &[(String, String, bool, bool)]| {
         let ids = |k: &str| v.iter().filter(|e| e.0 == k).count();
-        ids("n/doc") == 2 && ids("m/gone") == 0 && ids("cur/x") == 2 && ids("keep/a") == 2
+        ids("n/doc") == 2
+            && ids("m/gone") == 0
+            && ids("cur/x") == 2
+            && ids("keep/a") == 2
+            && ids("d/x") == 0
     };
     let t = std::time::Instant::now();
     let mut listed = versions(&c).await;

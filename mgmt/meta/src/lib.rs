@@ -1286,9 +1286,11 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                                 .lifecycle
                                 .iter()
                                 .any(|r| r.expires_noncurrent(key, o, age, *now_ms, *day_ms)),
-                            Some((Version::DeleteMarker { .. }, None)) => {
+                            Some((Version::DeleteMarker { modified_ms, .. }, None)) => {
                                 all.len() == 1
-                                    && b.lifecycle.iter().any(|r| r.removes_lone_marker(key))
+                                    && b.lifecycle.iter().any(|r| {
+                                        r.removes_lone_marker(key, *modified_ms, *now_ms, *day_ms)
+                                    })
                             }
                             _ => false,
                         }

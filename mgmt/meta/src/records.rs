@@ -140,11 +140,19 @@ impl LifecycleRule {
             && self.selects(key, rec.size, &rec.tags)
     }
 
-    /// Whether the rule, enabled, removes a delete marker of `key` that is the
-    /// key's only version left (S3's ExpiredObjectDeleteMarker; only a prefix
-    /// filters markers, which have no tags or size).
-    pub fn removes_lone_marker(&self, key: &str) -> bool {
-        self.enabled && self.expired_delete_marker && key.starts_with(&self.prefix)
+    /// Whether the rule, enabled, removes a delete marker of `key`, made at
+    /// `marker_ms`, that is the key's only version left: S3's
+    /// ExpiredObjectDeleteMarker, or an expiry by days once the marker is that
+    /// old (which S3 does "automatically when the delete markers are old
+    /// enough"). A marker has no tags and no size: a rule filtering by them
+    /// takes none.
+    pub fn removes_lone_marker(&self, key: &str, marker_ms: i64, now_ms: i64, day_ms: i64) -> bool {
+        let old_enough = self
+            .expiration_days
+            .is_some_and(|d| lifecycle_due(marker_ms, d, day_ms) <= now_ms);
+        self.enabled
+            && (self.expired_delete_marker || old_enough)
+            && self.selects(key, 0, &BTreeMap::new())
     }
 
     /// Whether the rule, enabled, aborts the multipart upload `u` by `now_ms`

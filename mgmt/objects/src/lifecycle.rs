@@ -55,8 +55,12 @@ impl ObjectStore {
             pass.aborted += self
                 .abort_incomplete(&bucket, b.tenant, now_ms, day_ms)
                 .await?;
-            let for_versions =
-                |r: &LifecycleRule| r.noncurrent_days.is_some() || r.expired_delete_marker;
+            // (An expiry by days also takes delete markers left alone.)
+            let for_versions = |r: &LifecycleRule| {
+                r.noncurrent_days.is_some()
+                    || r.expired_delete_marker
+                    || r.expiration_days.is_some()
+            };
             if b.versioning.is_some() && b.lifecycle.iter().any(for_versions) {
                 pass.expired += self
                     .expire_versions(&bucket, b.tenant, now_ms, day_ms)
@@ -215,7 +219,6 @@ impl ObjectStore {
     ) -> Result<Vec<String>, ObjectError> {
         let all = self.meta.versions_of_key(bucket, key)?;
         let ages = noncurrent_ages(&all);
-        let lone_marker = all.len() == 1 && rules.iter().any(|r| r.removes_lone_marker(key));
         Ok(all
             .iter()
             .zip(ages)
@@ -223,7 +226,12 @@ impl ObjectStore {
                 (Version::Object(o), Some(age)) => rules
                     .iter()
                     .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms)),
-                (Version::DeleteMarker { .. }, None) => lone_marker,
+                (Version::DeleteMarker { modified_ms, .. }, None) => {
+                    all.len() == 1
+                        && rules
+                            .iter()
+                            .any(|r| r.removes_lone_marker(key, *modified_ms, now_ms, day_ms))
+                }
                 _ => false,
             })
             .map(|(v, _)| v.stamp().shown().to_string())

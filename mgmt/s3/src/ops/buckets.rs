@@ -12,6 +12,12 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let tenant = s3.tenant(&req)?;
     super::access::refuse_grants(&req.headers, None, "")?;
+    if req.input.object_lock_enabled_for_bucket == Some(true) {
+        return Err(s3_error!(
+            NotImplemented,
+            "Cairn does not support object lock yet"
+        ));
+    }
     let name = &req.input.bucket;
     check_bucket_name(name)?;
     let location = req

@@ -178,8 +178,11 @@ fn to_rule(r: LifecycleRule, seen: &mut HashSet<String>) -> S3Result<Rule> {
         rule.noncurrent_days = days(n.noncurrent_days, "NoncurrentDays")?;
         rule.newer_noncurrent_versions = n
             .newer_noncurrent_versions
-            .map(|v| {
-                u32::try_from(v).map_err(|_| invalid("NewerNoncurrentVersions must be positive"))
+            .map(|v| match u32::try_from(v) {
+                Ok(v @ 1..=100) => Ok(v),
+                _ => Err(invalid(
+                    "NewerNoncurrentVersions must be an integer from 1 to 100",
+                )),
             })
             .transpose()?;
     }

@@ -15,6 +15,7 @@ pub(super) async fn create_multipart_upload(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let tenant = s3.tenant(&req)?;
     access::refuse_sse(&req.headers)?;
+    access::refuse_unkept(&req.headers)?;
     access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
     let algorithm = match &input.checksum_algorithm {
@@ -111,6 +112,7 @@ pub(super) async fn upload_part(
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let tenant = s3.tenant(&req)?;
     access::refuse_sse(&req.headers)?;
+    access::refuse_unkept(&req.headers)?;
     let input = req.input;
     let len = content_length(input.content_length)?;
     let part = u32::try_from(input.part_number)
@@ -478,6 +480,7 @@ pub(super) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let tenant = s3.tenant(&req)?;
     access::refuse_sse(&req.headers)?;
+    access::refuse_unkept(&req.headers)?;
     let input = req.input;
     let part = u32::try_from(input.part_number)
         .map_err(|_| s3_error!(InvalidArgument, "invalid part number"))?;

@@ -16,6 +16,7 @@ pub(super) async fn put_object(
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let tenant = s3.tenant(&req)?;
     access::refuse_sse(&req.headers)?;
+    access::refuse_unkept(&req.headers)?;
     access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
     let len = content_length(input.content_length)?;
@@ -481,6 +482,7 @@ pub(super) async fn copy_object(
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let tenant = s3.tenant(&req)?;
     access::refuse_sse(&req.headers)?;
+    access::refuse_unkept(&req.headers)?;
     access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
     let (src_bucket, src_key, src) = copy_source(
