@@ -82,6 +82,16 @@ pub(crate) struct Delta {
     pub objects: i64,
 }
 
+impl std::ops::Add for Delta {
+    type Output = Delta;
+    fn add(self, o: Delta) -> Delta {
+        Delta {
+            bytes: self.bytes + o.bytes,
+            objects: self.objects + o.objects,
+        }
+    }
+}
+
 impl Delta {
     /// Object `old` replaced by `new` (either may be none).
     pub fn replacing(old: Option<&ObjectRecord>, new: Option<&ObjectRecord>) -> Delta {

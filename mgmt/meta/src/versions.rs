@@ -17,7 +17,7 @@
 
 use crate::records::{Extent, ObjectRecord, VersionStamp, Versioning};
 use crate::usage::{self, Delta};
-use crate::{check, get_object, Applied, BucketRecord, MetaError, Precondition, SYSTEM};
+use crate::{check, get_object, Applied, MetaError, Precondition, SYSTEM};
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -102,12 +102,19 @@ fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
     Ok(last + 1)
 }
 
+/// The bucket's versioning state, read on every write: only that field is
+/// decoded (a bucket record may carry a thousand lifecycle rules).
 fn versioning(
     buckets: &redb::Table<&str, &[u8]>,
     bucket: &str,
 ) -> Result<Option<Versioning>, MetaError> {
+    #[derive(serde::Deserialize)]
+    struct State {
+        #[serde(default)]
+        versioning: Option<Versioning>,
+    }
     match buckets.get(bucket)? {
-        Some(v) => Ok(serde_json::from_slice::<BucketRecord>(v.value())?.versioning),
+        Some(v) => Ok(serde_json::from_slice::<State>(v.value())?.versioning),
         None => Err(MetaError::NoSuchBucket(bucket.to_string())),
     }
 }
@@ -141,16 +148,9 @@ fn put_version(
 
 /// The usage change of versions `gone` leaving and `came` arriving.
 fn delta(gone: &[ObjectRecord], came: Option<&ObjectRecord>, extra: Delta) -> Delta {
-    let mut d = extra;
-    for g in gone {
-        let r = Delta::replacing(Some(g), None);
-        d.bytes += r.bytes;
-        d.objects += r.objects;
-    }
-    let a = Delta::replacing(None, came);
-    d.bytes += a.bytes;
-    d.objects += a.objects;
-    d
+    gone.iter()
+        .map(|g| Delta::replacing(Some(g), None))
+        .fold(extra + Delta::replacing(None, came), |d, g| d + g)
 }
 
 /// Every extent the object versions among `vs` hold.
@@ -246,6 +246,9 @@ impl Plan {
                 seq,
             };
         }
+        if self.drop_null.is_none() && self.keep.is_none() {
+            return Ok(());
+        }
         let mut versions = tx.open_table(VERSIONS)?;
         if let Some(k) = self.drop_null {
             versions.remove((bucket, key, k))?;
@@ -307,24 +310,19 @@ pub(crate) fn delete_latest(
     if had_current {
         objects.remove((bucket, key))?;
     }
-    let deleted = state.map(|_| {
+    // Versioned, the delete is a marker, the newest version.
+    let mut deleted = None;
+    if state.is_some() {
         let marker = Version::DeleteMarker {
             version: p.stamp.clone(),
             modified_ms,
         };
-        (marker, p.stamp.clone())
-    });
-    let deleted = match deleted {
-        Some((marker, stamp)) => {
-            let mut versions = tx.open_table(VERSIONS)?;
-            put_version(&mut versions, bucket, key, &marker)?;
-            Some(Deleted {
-                version: stamp,
-                marker: true,
-            })
-        }
-        None => None,
-    };
+        put_version(&mut tx.open_table(VERSIONS)?, bucket, key, &marker)?;
+        deleted = Some(Deleted {
+            version: p.stamp.clone(),
+            marker: true,
+        });
+    }
     Ok(Applied {
         freed: freed_by(p.gone, &[]),
         object: None,
