@@ -158,9 +158,9 @@ impl ObjectStore {
     }
 
     /// Noncurrent versions and lone delete markers the rules take. The listing
-    /// gives each key's versions newest first; a key cut by a page boundary is
-    /// read whole again on the next page's side (its versions re-read from the
-    /// metadata), so each version is judged with its whole key in view.
+    /// gives each key's versions newest first; a key a page boundary may cut
+    /// is left to the next page, so each version is judged with its whole key
+    /// in view.
     async fn expire_versions(
         &self,
         bucket: &str,
@@ -179,18 +179,29 @@ impl ObjectStore {
                 .meta
                 .list_versions(bucket, "", after.as_deref(), None, None, PAGE)?;
             let full = page.next.is_some();
-            let mut keys: Vec<String> = page.entries.into_iter().map(|e| e.key).collect();
-            keys.dedup();
+            // The page's versions, grouped by key (each key's newest first).
+            let mut keys: Vec<(String, Vec<Version>)> = Vec::new();
+            for e in page.entries {
+                match keys.last_mut() {
+                    Some((k, vs)) if *k == e.key => vs.push(e.version),
+                    _ => keys.push((e.key, vec![e.version])),
+                }
+            }
             // The last key of a full page may go on in the next: it is judged
-            // there (the next page resumes after the key before it).
+            // there (the next page resumes after the key before it); a key that
+            // fills a page alone is read whole.
             if full && keys.len() > 1 {
                 keys.pop();
+            } else if full {
+                if let Some((k, vs)) = keys.first_mut() {
+                    *vs = self.meta.versions_of_key(bucket, k)?;
+                }
             }
-            let Some(last) = keys.last().cloned() else {
+            let Some(last) = keys.last().map(|(k, _)| k.clone()) else {
                 return Ok(expired);
             };
-            for key in keys {
-                for id in self.versions_due(bucket, &key, &rules, now_ms, day_ms)? {
+            for (key, versions) in keys {
+                for id in versions_due(&key, &versions, &rules, now_ms, day_ms) {
                     let what = Expiry::Version {
                         key: key.clone(),
                         id: id.clone(),
@@ -206,36 +217,6 @@ impl ObjectStore {
             }
             after = Some(last);
         }
-    }
-
-    /// The version ids of `key` the rules take now.
-    fn versions_due(
-        &self,
-        bucket: &str,
-        key: &str,
-        rules: &[LifecycleRule],
-        now_ms: i64,
-        day_ms: i64,
-    ) -> Result<Vec<String>, ObjectError> {
-        let all = self.meta.versions_of_key(bucket, key)?;
-        let ages = noncurrent_ages(&all);
-        Ok(all
-            .iter()
-            .zip(ages)
-            .filter(|(v, age)| match (v, age) {
-                (Version::Object(o), Some(age)) => rules
-                    .iter()
-                    .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms)),
-                (Version::DeleteMarker { modified_ms, .. }, None) => {
-                    all.len() == 1
-                        && rules
-                            .iter()
-                            .any(|r| r.removes_lone_marker(key, *modified_ms, now_ms, day_ms))
-                }
-                _ => false,
-            })
-            .map(|(v, _)| v.stamp().shown().to_string())
-            .collect())
     }
 
     async fn abort_incomplete(
@@ -279,4 +260,31 @@ impl ObjectStore {
             }
         }
     }
+}
+
+/// The ids of the versions of `key` (all of them, newest first) the rules take
+/// now: a hint; each removal is judged again as it applies.
+fn versions_due(
+    key: &str,
+    all: &[Version],
+    rules: &[LifecycleRule],
+    now_ms: i64,
+    day_ms: i64,
+) -> Vec<String> {
+    all.iter()
+        .zip(noncurrent_ages(all))
+        .filter(|(v, age)| match (v, age) {
+            (Version::Object(o), Some(age)) => rules
+                .iter()
+                .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms)),
+            (Version::DeleteMarker { modified_ms, .. }, None) => {
+                all.len() == 1
+                    && rules
+                        .iter()
+                        .any(|r| r.removes_lone_marker(key, *modified_ms, now_ms, day_ms))
+            }
+            _ => false,
+        })
+        .map(|(v, _)| v.stamp().shown().to_string())
+        .collect()
 }
