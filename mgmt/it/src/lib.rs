@@ -423,6 +423,18 @@ impl Drop for Node {
 
 /// Every offset in the node's drive files where `needle` is stored.
 /// An S3 client (path-style, us-east-1) for `endpoint` (`http://host:port`).
+/// The S3 error code of a request that must fail.
+pub fn code<T, E: aws_sdk_s3::error::ProvideErrorMetadata>(
+    r: Result<T, aws_sdk_s3::error::SdkError<E>>,
+) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => aws_sdk_s3::error::ProvideErrorMetadata::code(&e)
+            .unwrap_or("")
+            .to_string(),
+    }
+}
+
 pub fn s3_client(endpoint: &str, access: &str, secret: &str) -> aws_sdk_s3::Client {
     let conf = aws_sdk_s3::Config::builder()
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())

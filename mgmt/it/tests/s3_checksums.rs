@@ -5,14 +5,13 @@
 //! the parts'; a copy gets its checksum made anew; the standard headers a PUT
 //! sets come back on GET and HEAD.
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::{ByteStream, DateTime};
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, ChecksumType, CompletedMultipartUpload, CompletedPart,
 };
 use aws_sdk_s3::Client;
 use base64::Engine;
-use cairn_it::{random_bytes, Node, NodeOptions};
+use cairn_it::{code, random_bytes, Node, NodeOptions};
 use sha2::Digest;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
@@ -20,13 +19,6 @@ const MIB: usize = 1 << 20;
 
 fn crc32(data: &[u8]) -> String {
     B64.encode(crc32fast::hash(data).to_be_bytes())
-}
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
 }
 
 async fn bucket(c: &Client, name: &str) {

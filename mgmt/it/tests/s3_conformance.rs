@@ -5,23 +5,15 @@
 //! UploadPartCopy with ranges and conditions, `?partNumber=N` reads, bucket
 //! regions, listing owners, and PUT bodies sent without a length.
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     BucketCannedAcl, CompletedMultipartUpload, CompletedPart, ObjectCannedAcl, Permission,
     ServerSideEncryption,
 };
 use aws_sdk_s3::Client;
-use cairn_it::{random_bytes, Node, NodeOptions};
+use cairn_it::{code, random_bytes, Node, NodeOptions};
 
 const MIB: usize = 1 << 20;
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
-}
 
 async fn body(c: &Client, b: &str, k: &str) -> Vec<u8> {
     c.get_object()

@@ -2,7 +2,6 @@
 //! `aws-sdk-s3`, and the versioning state and version listing of buckets that
 //! keep one version per key (versioning enabled: `s3_versioning.rs`).
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, BucketVersioningStatus,
@@ -10,14 +9,7 @@ use aws_sdk_s3::types::{
     LifecycleRuleFilter, Tag, Transition, TransitionStorageClass, VersioningConfiguration,
 };
 use aws_sdk_s3::Client;
-use cairn_it::{Node, NodeOptions};
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
-}
+use cairn_it::{code, Node, NodeOptions};
 
 #[tokio::test]
 async fn unversioned_buckets_list_their_null_versions() {

@@ -4,20 +4,12 @@
 //! empty object, oversized metadata, reserved bucket names, HEAD and
 //! GetObjectAttributes of a multipart object part by part.
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumMode, Delete, ObjectAttributes, ObjectIdentifier};
 use aws_sdk_s3::Client;
-use cairn_it::{random_bytes, Node, NodeOptions};
+use cairn_it::{code, random_bytes, Node, NodeOptions};
 
 const MIB: usize = 1 << 20;
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
-}
 
 async fn exists(c: &Client, b: &str, k: &str) -> bool {
     c.head_object().bucket(b).key(k).send().await.is_ok()

@@ -2,7 +2,6 @@
 //! tagging (with AWS's limits, through copies, multipart and a restart), and CORS
 //! (configuration, preflights, and the headers on answers).
 
-use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     CompletedMultipartUpload, CompletedPart, CorsConfiguration, CorsRule, Tag, Tagging,
@@ -10,15 +9,8 @@ use aws_sdk_s3::types::{
 };
 use aws_sdk_s3::Client;
 use cairn_it::raw::{send_raw, signed_request, Payload};
-use cairn_it::{Node, NodeOptions};
+use cairn_it::{code, Node, NodeOptions};
 use std::collections::BTreeMap;
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
-}
 
 async fn tags(c: &Client, b: &str, k: &str) -> BTreeMap<String, String> {
     c.get_object_tagging()

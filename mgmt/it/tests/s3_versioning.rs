@@ -11,15 +11,23 @@ use aws_sdk_s3::types::{
     VersioningConfiguration,
 };
 use aws_sdk_s3::Client;
-use cairn_it::{Node, NodeOptions};
+use cairn_it::{code, Node, NodeOptions};
 
 const B: &str = "versioned";
 
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
+/// Bucket `B`, made with versioning enabled.
+async fn versioned_bucket(c: &Client) {
+    c.create_bucket().bucket(B).send().await.unwrap();
+    c.put_bucket_versioning()
+        .bucket(B)
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
 }
 
 async fn put(c: &Client, key: &str, body: &[u8]) -> String {
@@ -82,17 +90,7 @@ async fn versions(c: &Client) -> Vec<(String, String, bool, bool)> {
 async fn versions_are_kept_read_deleted_and_survive_a_restart() {
     let mut node = Node::start(NodeOptions::default());
     let c = node.client();
-    c.create_bucket().bucket(B).send().await.unwrap();
-    c.put_bucket_versioning()
-        .bucket(B)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    versioned_bucket(&c).await;
     let s = c.get_bucket_versioning().bucket(B).send().await.unwrap();
     assert_eq!(s.status(), Some(&BucketVersioningStatus::Enabled));
 
@@ -290,17 +288,7 @@ async fn lifecycle_takes_noncurrent_versions_and_lone_markers() {
         ..NodeOptions::default()
     });
     let c = node.client();
-    c.create_bucket().bucket(B).send().await.unwrap();
-    c.put_bucket_versioning()
-        .bucket(B)
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    versioned_bucket(&c).await;
     // n/: four versions, of which the rule keeps the current and the newest
     // noncurrent one. m/: a delete marker left alone, removed. cur/: expiry
     // of the current version makes a marker and keeps the bytes. keep/: no rule.

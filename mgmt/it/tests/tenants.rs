@@ -11,15 +11,8 @@ use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use cairn_it::tenant::{key_client, nodectl, nodectl_json, put};
-use cairn_it::{get_bytes, Node, NodeOptions};
+use cairn_it::{code, get_bytes, Node, NodeOptions};
 use std::time::Duration;
-
-fn code<T, E: ProvideErrorMetadata>(r: Result<T, SdkError<E>>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error"),
-        Err(e) => e.code().unwrap_or("").to_string(),
-    }
-}
 
 async fn bucket_names(c: &Client) -> Vec<String> {
     c.list_buckets()
