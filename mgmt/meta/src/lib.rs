@@ -130,6 +130,9 @@ pub enum MetaError {
     /// The change would take a bucket or tenant past its quota.
     #[error("quota exceeded: {0}")]
     QuotaExceeded(String),
+    /// The change has no single-step form in a versioned bucket.
+    #[error("bucket {bucket} is versioned: {why}")]
+    Versioned { bucket: String, why: String },
     /// A node offered a master key other than the one the cluster recorded.
     #[error("the cluster's master key is {cluster}, not {offered}")]
     MasterKeyMismatch { cluster: String, offered: String },
@@ -204,12 +207,21 @@ pub struct Precondition {
     /// deletes only the write that carried the expiry it found passed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub if_meta: Option<(String, String)>,
+    /// The current object must be this very write: an object rebuilt from an
+    /// earlier one's extents (an NFS write into part of a file) may take its
+    /// place only while those extents are still that object's, never after
+    /// another write freed them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_write: Option<WriteId>,
 }
 
 impl Precondition {
     /// No condition at all.
     pub fn is_none(&self) -> bool {
-        self.if_match.is_none() && !self.if_none_match_any && self.if_meta.is_none()
+        self.if_match.is_none()
+            && !self.if_none_match_any
+            && self.if_meta.is_none()
+            && self.if_write.is_none()
     }
 }
 
@@ -317,6 +329,16 @@ pub enum Mutation {
     SetBucketQuota {
         name: String,
         quota: Quota,
+    },
+    /// Moves the object at `from` to `to` in one step, its bytes untouched
+    /// (an NFS rename): applies only while `from` holds the write `of`;
+    /// whatever `to` held is replaced (and freed). Unversioned buckets only: in
+    /// a versioned one a rename is a copy and a delete, each a version.
+    RenameObject {
+        bucket: String,
+        from: String,
+        to: String,
+        of: WriteId,
     },
     /// Replaces an object's user metadata, bytes untouched (RESP's EXPIRE and
     /// PERSIST). Applies only while the key still holds the write `of` names;
@@ -1345,6 +1367,15 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             now_ms,
             min_interval_ms,
         } => gc::advance(tx, *from, *now_ms, *min_interval_ms),
+        Mutation::RenameObject {
+            bucket,
+            from,
+            to,
+            of,
+        } => {
+            need_bucket(&buckets, bucket)?;
+            versions::rename(tx, &buckets, &mut objects, bucket, (from, to), of)
+        }
         Mutation::ReplaceObjectMeta {
             bucket,
             key,
@@ -1382,6 +1413,7 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
                 BucketChange::Tags(tags) => b.tags = tags.clone(),
                 BucketChange::Lifecycle(rules) => b.lifecycle = rules.clone(),
                 BucketChange::Versioning(v) => b.versioning = Some(*v),
+                BucketChange::Nfs(e) => b.nfs = e.clone(),
             }
             buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;
             Ok(Applied::default())
@@ -1491,7 +1523,7 @@ fn abort_upload(
 
 /// The object of `key` if it is still the write `of` names: NoSuchKey if there
 /// is none, PreconditionFailed if another write replaced it.
-fn held_write(
+pub(crate) fn held_write(
     t: &redb::Table<(&str, &str), &[u8]>,
     bucket: &str,
     key: &str,
@@ -1540,6 +1572,13 @@ pub(crate) fn check(
             Some(cur) if cur.user_meta.get(name) != Some(value) => {
                 return Err(MetaError::PreconditionFailed)
             }
+            Some(_) => {}
+        }
+    }
+    if let Some(want) = &cond.if_write {
+        match current {
+            None => return Err(MetaError::NoSuchKey(key.to_string())),
+            Some(cur) if WriteId::of(cur) != *want => return Err(MetaError::PreconditionFailed),
             Some(_) => {}
         }
     }
@@ -1605,6 +1644,8 @@ fn assemble(
     })
 }
 
+#[cfg(test)]
+mod file_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -42,6 +42,28 @@ pub struct BucketRecord {
     /// The versioning state S3 reports: none until versioning is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
+    /// Set: the bucket is exported over NFS (see [`NfsExport`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsExport>,
+}
+
+/// A bucket's NFS export: its files are its objects (see `cairn_nfs`), mounted
+/// as `/<tenant>/<bucket>`. Which clients may mount it is decided by their
+/// network address alone; the uid and gid a client sends (AUTH_UNIX, which any
+/// client can forge) are not trusted for access: every file shows `uid`/`gid`
+/// unless set otherwise through the export, and the export is reached only by
+/// the networks listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfsExport {
+    /// The client networks allowed, as CIDR (`10.0.0.0/8`, `::1/128`); none:
+    /// no client may mount it.
+    pub clients: Vec<String>,
+    /// The owner files and directories show when none was set on them.
+    pub uid: u32,
+    pub gid: u32,
+    /// Clients may read, never write.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// A bucket's versioning state, once configured (S3's: a bucket never goes back
@@ -178,6 +200,8 @@ pub enum BucketChange {
     Lifecycle(Vec<LifecycleRule>),
     /// The versioning state.
     Versioning(Versioning),
+    /// The NFS export (none: not exported).
+    Nfs(Option<NfsExport>),
 }
 
 /// One CORS rule of a bucket, as S3's `CORSRule`.

@@ -17,7 +17,7 @@
 
 use crate::records::{Extent, ObjectRecord, VersionStamp, Versioning};
 use crate::usage::{self, Delta};
-use crate::{check, get_object, Applied, MetaError, Precondition, SYSTEM};
+use crate::{check, get_object, Applied, MetaError, Precondition, WriteId, SYSTEM};
 use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
@@ -283,6 +283,44 @@ pub(crate) fn install(
     record.version = p.stamp.clone();
     objects.insert((bucket, key), serde_json::to_vec(&*record)?.as_slice())?;
     Ok(freed_by(p.gone, &record.extents))
+}
+
+/// Moves the current object of `from`, the write `of`, to `to`, bytes and
+/// times untouched; what `to` held is replaced and its extents freed. Refused
+/// in a versioned bucket, where a rename would have to leave a version behind
+/// at both names.
+pub(crate) fn rename(
+    tx: &redb::WriteTransaction,
+    buckets: &redb::Table<&str, &[u8]>,
+    objects: &mut redb::Table<(&str, &str), &[u8]>,
+    bucket: &str,
+    (from, to): (&str, &str),
+    of: &WriteId,
+) -> Result<Applied, MetaError> {
+    if versioning(buckets, bucket)?.is_some() {
+        return Err(MetaError::Versioned {
+            bucket: crate::bucket_name(bucket).to_string(),
+            why: "a rename is a copy and a delete there".into(),
+        });
+    }
+    let mut record = crate::held_write(objects, bucket, from, of)?;
+    if from == to {
+        return Ok(Applied {
+            object: Some(Box::new(record)),
+            ..Applied::default()
+        });
+    }
+    objects.remove((bucket, from))?;
+    let old = get_object(objects, bucket, to)?;
+    // The object leaves `from` and counts again at `to`: usage changes only by
+    // what `to` held.
+    let leaves = Delta::replacing(Some(&record), None);
+    let freed = install(tx, buckets, objects, bucket, to, &mut record, old, leaves)?;
+    Ok(Applied {
+        freed,
+        object: Some(Box::new(record)),
+        deleted: None,
+    })
 }
 
 /// Deletes the latest version of `key` (a DELETE without a version id, or a
