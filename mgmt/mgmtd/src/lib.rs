@@ -93,6 +93,8 @@ pub struct Config {
     pub admin: SocketAddr,
     /// Set: RESP (Redis protocol) served here, over the same objects as S3.
     pub resp: Option<SocketAddr>,
+    /// Where the NFS server (MOUNT and NFS on one port) listens; none: no NFS.
+    pub nfs: Option<SocketAddr>,
     /// Set: the admin API is also served here over TLS with the node's
     /// certificate, to clients with an admin certificate or a token.
     pub admin_tls: Option<SocketAddr>,

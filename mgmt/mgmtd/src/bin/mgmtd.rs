@@ -27,6 +27,11 @@ struct Args {
     /// RESP (Redis protocol) listen address; RESP is off without it.
     #[arg(long, env = "CAIRN_RESP")]
     resp: Option<SocketAddr>,
+    /// NFS (v3) listen address, MOUNT and NFS on this one port; clients mount
+    /// `/TENANT/BUCKET` of the buckets exported (`nodectl export`). NFS is off
+    /// without it.
+    #[arg(long, env = "CAIRN_NFS")]
+    nfs: Option<SocketAddr>,
     /// The admin API over TLS too, here: the node's certificate, and clients
     /// authenticated by an admin certificate (`nodectl cert issue`) or a token.
     #[arg(long, env = "CAIRN_ADMIN_TLS")]
@@ -224,6 +229,7 @@ async fn main() -> std::process::ExitCode {
         s3_domains: args.s3_domains,
         admin: args.admin,
         resp: args.resp,
+        nfs: args.nfs,
         ssh: args.ssh,
         ssh_authorized_keys: args.ssh_authorized_keys,
         ssh_break_glass: args.ssh_break_glass,
