@@ -131,6 +131,11 @@ actions! {
     TenantSetQos = Put routes::TENANT_QOS, Admin;
     BucketList = Get routes::BUCKETS, Reader;
     BucketSetQuota = Put routes::BUCKET_QUOTA, Admin;
+    ExportList = Get routes::EXPORTS, Reader;
+    /// Which networks reach a bucket's data over NFS, where clients are known
+    /// by their address alone.
+    ExportSet = Put routes::BUCKET_EXPORT, Admin;
+    ExportRemove = Delete routes::BUCKET_EXPORT, Admin;
     KvPoolList = Get routes::KV_POOLS, Reader;
     KvPoolCreate = Post routes::KV_POOLS, Operator;
     KvPoolDelete = Delete routes::KV_POOL, Operator;

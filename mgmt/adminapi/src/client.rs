@@ -2,9 +2,10 @@
 //! [`AdminError`] that says what kind of failure it was.
 
 use crate::{
-    routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, GcRunQuery, GcStatus,
-    InitRequest, JoinRequest, KeyView, NewKey, NewTenant, NewUser, NodeDrives, NodeRequest,
-    NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled, TenantView, TokenReply, UserView,
+    routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, ExportSpec, ExportView,
+    GcRunQuery, GcStatus, InitRequest, JoinRequest, KeyView, NewKey, NewTenant, NewUser,
+    NodeDrives, NodeRequest, NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled, TenantView,
+    TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -591,6 +592,31 @@ impl AdminClient {
     ) -> Result<BucketView, AdminError> {
         let route = routes::fill(routes::BUCKET_QUOTA, &[tenant, bucket]);
         self.call(Method::PUT, &route, |r| r.json(&q)).await
+    }
+
+    /// `GET /v1/exports`: every tenant's NFS exports.
+    pub async fn exports(&self) -> Result<Vec<ExportView>, AdminError> {
+        self.call(Method::GET, routes::EXPORTS, |r| r).await
+    }
+
+    /// `PUT /v1/tenants/{tenant}/buckets/{bucket}/export`: the bucket exported
+    /// over NFS as `spec` says (its export replaced).
+    pub async fn set_export(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        spec: &ExportSpec,
+    ) -> Result<ExportView, AdminError> {
+        let route = routes::fill(routes::BUCKET_EXPORT, &[tenant, bucket]);
+        self.call(Method::PUT, &route, |r| r.json(spec)).await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}/buckets/{bucket}/export`: not exported any
+    /// more (no error when it was not).
+    pub async fn remove_export(&self, tenant: &str, bucket: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::BUCKET_EXPORT, &[tenant, bucket]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
     }
 
     async fn call<T: DeserializeOwned>(

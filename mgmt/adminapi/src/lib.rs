@@ -19,6 +19,7 @@ mod access;
 mod bmc;
 mod cluster;
 mod error;
+mod exports;
 mod gc;
 mod kv;
 mod node;
@@ -41,6 +42,7 @@ pub use cluster::{
     ClusterStatus, InitRequest, JoinRequest, NodeRequest, NodeView, RepairView, TokenReply,
 };
 pub use error::{ErrorBody, ErrorKind};
+pub use exports::{ExportSpec, ExportView, NOBODY};
 pub use gc::{GcRound, GcRunQuery, GcStatus};
 pub use kv::{KvPoolView, KvStats, NewKvPool};
 pub use node::{DamageAtOpen, DriveStatus, LifecycleStatus, NodeDrives, NodeStatus, ReactorLoad};
@@ -124,6 +126,14 @@ pub mod routes {
     pub const BUCKETS: &str = "/v1/tenants/{tenant}/buckets";
     /// `PUT` [`QuotaSpec`](crate::QuotaSpec) → [`BucketView`](crate::BucketView).
     pub const BUCKET_QUOTA: &str = "/v1/tenants/{tenant}/buckets/{bucket}/quota";
+    /// `PUT` [`ExportSpec`](crate::ExportSpec) →
+    /// [`ExportView`](crate::ExportView): the bucket exported over NFS (its
+    /// export replaced); `DELETE` → `true`: not exported (also when it was
+    /// not). `{tenant}` may be `root`.
+    pub const BUCKET_EXPORT: &str = "/v1/tenants/{tenant}/buckets/{bucket}/export";
+    /// `GET` → `Vec<`[`ExportView`](crate::ExportView)`>`: every tenant's NFS
+    /// exports, by path.
+    pub const EXPORTS: &str = "/v1/exports";
 
     /// `GET` → `Vec<`[`KvPoolView`](crate::KvPoolView)`>`; `POST`
     /// [`NewKvPool`](crate::NewKvPool) → [`KvPoolView`](crate::KvPoolView).
