@@ -6,32 +6,15 @@
 use crate::admin::{App, Body};
 use crate::cluster::{id_hex, resolve_node};
 use crate::failure::Failure;
-use crate::tenants::{current, find_tenant};
+use crate::tenants::{current, find_tenant_or_root, tenant_name};
 use axum::extract::{Path, State};
 use axum::Json;
 use cairn_adminapi::{ErrorKind, KvPoolView, KvStats, NewKvPool};
-use cairn_meta::{BucketRecord, KvDurability, KvPool, MetaStore, Quota, ROOT_TENANT};
+use cairn_meta::{BucketRecord, KvDurability, KvPool, Quota};
 use cairn_objects::ObjectStore;
 
-/// The tenant a path names; `root` is the root key's.
-fn tenant(meta: &MetaStore, named: &str) -> Result<(u64, String), Failure> {
-    if named == "root" {
-        return Ok((ROOT_TENANT, "root".into()));
-    }
-    let (id, t) = find_tenant(meta, named)?;
-    Ok((id, t.name))
-}
-
-fn tenant_name(meta: &MetaStore, id: u64) -> String {
-    match meta.tenant(id) {
-        _ if id == ROOT_TENANT => "root".into(),
-        Ok(Some(t)) => t.name,
-        _ => format!("{id:016x}"),
-    }
-}
-
 /// The pool a bucket holds: its KV settings, or the default keyspace's.
-fn pool_of(name: &str, b: &BucketRecord) -> Option<KvPool> {
+pub(crate) fn pool_of(name: &str, b: &BucketRecord) -> Option<KvPool> {
     match &b.kv {
         Some(kv) => Some(kv.clone()),
         None if name.starts_with("_resp.") => Some(KvPool {
@@ -97,7 +80,7 @@ pub(crate) async fn pools(
     Path(named): Path<String>,
 ) -> Result<Json<Vec<KvPoolView>>, Failure> {
     let store = current(&app).await?;
-    let (t, _) = tenant(store.meta(), &named)?;
+    let (t, _) = find_tenant_or_root(store.meta(), &named)?;
     Ok(Json(views(&store, Some(t))?))
 }
 
@@ -165,7 +148,7 @@ pub(crate) async fn create(
         return Err(invalid("ttl is at most 100 years (3153600000 s)".into()));
     }
     let store = current(&app).await?;
-    let (t, _) = tenant(store.meta(), &named)?;
+    let (t, _) = find_tenant_or_root(store.meta(), &named)?;
     let existing = views(&store, Some(t))?;
     if existing.iter().any(|v| v.name == p.name) {
         return Err(Failure::new(
@@ -223,7 +206,7 @@ pub(crate) async fn delete(
     Path((named, pool)): Path<(String, String)>,
 ) -> Result<Json<bool>, Failure> {
     let store = current(&app).await?;
-    let (t, _) = tenant(store.meta(), &named)?;
+    let (t, _) = find_tenant_or_root(store.meta(), &named)?;
     let found = views(&store, Some(t))?
         .into_iter()
         .find(|v| v.name == pool && v.index != 0)

@@ -8,10 +8,13 @@ use crate::failure::Failure;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use cairn_adminapi::{
-    BucketView, DeleteTenant, ErrorKind, KeyView, NewKey, NewTenant, NewUser, QosFigures, QosSpec,
-    QuotaSpec, SetDisabled, TenantView, UserView,
+    BucketView, DeleteTenant, ErrorKind, ExportSpec, ExportView, KeyView, NewKey, NewTenant,
+    NewUser, QosFigures, QosSpec, QuotaSpec, SetDisabled, TenantView, UserView, NOBODY,
 };
-use cairn_meta::{IdentityChange, KeyRecord, MetaStore, Quota, Role, TenantRecord, UserRecord};
+use cairn_meta::{
+    BucketChange, IdentityChange, KeyRecord, MetaStore, NfsExport, Quota, Role, TenantRecord,
+    UserRecord, ROOT_TENANT,
+};
 use cairn_objects::ObjectStore;
 use rand::distr::{Alphanumeric, SampleString};
 use std::sync::Arc;
@@ -54,6 +57,26 @@ pub(crate) fn find_tenant(meta: &MetaStore, named: &str) -> Result<(u64, TenantR
         ErrorKind::NotFound,
         format!("no such tenant: {named}"),
     ))
+}
+
+/// The tenant a path names, and its name: by name or hex id, and `root` for
+/// the root key's (no tenant may be named `root`).
+pub(crate) fn find_tenant_or_root(meta: &MetaStore, named: &str) -> Result<(u64, String), Failure> {
+    if named == "root" {
+        return Ok((ROOT_TENANT, "root".into()));
+    }
+    let (id, t) = find_tenant(meta, named)?;
+    Ok((id, t.name))
+}
+
+/// How the API names tenant `id`: its name, `root` for the root key's, its hex
+/// id if it is gone.
+pub(crate) fn tenant_name(meta: &MetaStore, id: u64) -> String {
+    match meta.tenant(id) {
+        _ if id == ROOT_TENANT => "root".into(),
+        Ok(Some(t)) => t.name,
+        _ => format!("{id:016x}"),
+    }
 }
 
 fn spec(q: Quota) -> QuotaSpec {
@@ -521,4 +544,175 @@ pub(crate) async fn set_bucket_quota(
         .bucket(&id)?
         .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no such bucket: {bucket}")))?;
     Ok(Json(bucket_view(store.meta(), &id, &b)?))
+}
+
+/// One client network of an export in CIDR form: a network (its host bits
+/// cleared, `10.1.2.3/8` is `10.0.0.0/8`), or one address (`/32`, `/128`).
+fn client_network(given: &str) -> Result<String, Failure> {
+    let s = given.trim();
+    let net = match s.parse::<ipnet::IpNet>() {
+        Ok(n) => n.trunc(),
+        Err(_) => match s.parse::<std::net::IpAddr>() {
+            Ok(a) => ipnet::IpNet::from(a),
+            Err(_) => {
+                return Err(Failure::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "{given:?} is not a client network: a CIDR network (10.0.0.0/8, \
+                         fd00::/64) or one address"
+                    ),
+                ))
+            }
+        },
+    };
+    Ok(net.to_string())
+}
+
+/// The export a spec asks for, its clients in CIDR form (each once).
+fn nfs_export(spec: ExportSpec) -> Result<NfsExport, Failure> {
+    if spec.clients.is_empty() {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            "an export needs at least one client network (10.0.0.0/8, 192.0.2.7)",
+        ));
+    }
+    let mut clients: Vec<String> = Vec::with_capacity(spec.clients.len());
+    for c in &spec.clients {
+        let net = client_network(c)?;
+        if !clients.contains(&net) {
+            clients.push(net);
+        }
+    }
+    Ok(NfsExport {
+        clients,
+        uid: spec.uid.unwrap_or(NOBODY),
+        gid: spec.gid.unwrap_or(NOBODY),
+        read_only: spec.read_only,
+    })
+}
+
+fn export_view(tenant: &str, bucket: &str, e: &NfsExport) -> ExportView {
+    ExportView {
+        tenant: tenant.to_string(),
+        bucket: bucket.to_string(),
+        path: format!("/{tenant}/{bucket}"),
+        clients: e.clients.clone(),
+        uid: e.uid,
+        gid: e.gid,
+        read_only: e.read_only,
+    }
+}
+
+/// `GET /v1/exports`: every tenant's NFS exports, by path.
+pub(crate) async fn exports(State(app): State<App>) -> Result<Json<Vec<ExportView>>, Failure> {
+    let store = current(&app).await?;
+    let meta = store.meta();
+    let mut names = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (id, b) in meta.buckets()? {
+        let Some(e) = &b.nfs else { continue };
+        let tenant = names
+            .entry(b.tenant)
+            .or_insert_with(|| tenant_name(meta, b.tenant));
+        out.push(export_view(tenant, cairn_meta::bucket_name(&id), e));
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Json(out))
+}
+
+/// `PUT /v1/tenants/{tenant}/buckets/{bucket}/export`: the bucket exported over
+/// NFS (its export replaced).
+pub(crate) async fn set_export(
+    State(app): State<App>,
+    Path((named, bucket)): Path<(String, String)>,
+    body: Body<ExportSpec>,
+) -> Result<Json<ExportView>, Failure> {
+    let Json(spec) = body?;
+    let export = nfs_export(spec)?;
+    let store = current(&app).await?;
+    let (tenant, name) = find_tenant_or_root(store.meta(), &named)?;
+    let id = cairn_meta::bucket_id(tenant, &bucket);
+    let b = store
+        .meta()
+        .bucket(&id)?
+        .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no such bucket: {bucket}")))?;
+    // A pool's values are not files: its keys are RESP's, its objects expire.
+    if crate::kv::pool_of(&bucket, &b).is_some() {
+        return Err(Failure::new(
+            ErrorKind::Invalid,
+            format!("bucket {bucket} holds a KV pool's values: it cannot be exported over NFS"),
+        ));
+    }
+    let view = export_view(&name, &bucket, &export);
+    store
+        .change_bucket(tenant, &bucket, BucketChange::Nfs(Some(export)))
+        .await?;
+    Ok(Json(view))
+}
+
+/// `DELETE /v1/tenants/{tenant}/buckets/{bucket}/export`: not exported any more
+/// (also when it was not).
+pub(crate) async fn remove_export(
+    State(app): State<App>,
+    Path((named, bucket)): Path<(String, String)>,
+) -> Result<Json<bool>, Failure> {
+    let store = current(&app).await?;
+    let (tenant, _) = find_tenant_or_root(store.meta(), &named)?;
+    let b = store
+        .meta()
+        .bucket(&cairn_meta::bucket_id(tenant, &bucket))?
+        .ok_or_else(|| Failure::new(ErrorKind::NotFound, format!("no such bucket: {bucket}")))?;
+    if b.nfs.is_some() {
+        store
+            .change_bucket(tenant, &bucket, BucketChange::Nfs(None))
+            .await?;
+    }
+    Ok(Json(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_stored_as_networks() {
+        for (given, stored) in [
+            ("10.0.0.0/8", "10.0.0.0/8"),
+            (" 10.1.2.3/8 ", "10.0.0.0/8"),
+            ("127.0.0.1", "127.0.0.1/32"),
+            ("::1", "::1/128"),
+            ("fd00::1/64", "fd00::/64"),
+            ("0.0.0.0/0", "0.0.0.0/0"),
+        ] {
+            assert_eq!(client_network(given).unwrap(), stored, "{given}");
+        }
+        for bad in [
+            "10.0.0.0/33",
+            "nonsense",
+            "",
+            "10.0.0/8",
+            "::1/129",
+            "host.example",
+        ] {
+            let f = client_network(bad).unwrap_err();
+            assert_eq!(f.kind(), ErrorKind::Invalid, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_export_needs_a_client_and_owns_as_nobody_by_default() {
+        let spec = |clients: &[&str]| ExportSpec {
+            clients: clients.iter().map(|c| c.to_string()).collect(),
+            uid: None,
+            gid: Some(100),
+            read_only: true,
+        };
+        assert_eq!(
+            nfs_export(spec(&[])).unwrap_err().kind(),
+            ErrorKind::Invalid
+        );
+        let e = nfs_export(spec(&["10.0.0.0/8", "10.9.9.9/8", "192.0.2.7"])).unwrap();
+        assert_eq!(e.clients, ["10.0.0.0/8", "192.0.2.7/32"]);
+        assert_eq!((e.uid, e.gid, e.read_only), (NOBODY, 100, true));
+    }
 }
