@@ -7,6 +7,7 @@ mod bmc;
 mod cluster;
 mod dev;
 mod drives;
+mod exports;
 mod gc;
 mod kv;
 mod nodeos;
@@ -138,6 +139,12 @@ enum Cmd {
         target: cluster::Target,
         #[arg(long)]
         json: bool,
+    },
+    /// NFS exports: a tenant's buckets mounted as /TENANT/BUCKET by the client
+    /// networks listed.
+    Export {
+        #[command(subcommand)]
+        cmd: exports::ExportCmd,
     },
     /// The KV-cache tier: pools (named keyspaces) and their figures.
     Kv {
@@ -408,6 +415,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::User { cmd } => tenants::user(cmd).await,
         Cmd::Key { cmd } => tenants::key(cmd).await,
         Cmd::Kv { cmd } => kv::kv(cmd).await,
+        Cmd::Export { cmd } => exports::export(cmd).await,
         Cmd::Token { cmd } => access::token(cmd).await,
         Cmd::SshKey { cmd } => access::ssh_key(cmd).await,
         Cmd::Cert { cmd } => access::cert(cmd).await,
