@@ -75,6 +75,7 @@ impl DevUp {
             .arg(dir.join("data"))
             .args(extra)
             .args(["--s3", &s3.to_string(), "--resp", &free_port().to_string()])
+            .args(["--nfs", &free_port().to_string()])
             // The node's own credentials (from its state directory), not the
             // environment's.
             .env_remove("CAIRN_ROOT_ACCESS_KEY")

@@ -55,6 +55,7 @@ fn ctrl_c_during_start_up_leaves_no_daemon_behind() {
             ])
             .arg(&data)
             .args(["--s3", &free_port(), "--resp", &free_port()])
+            .args(["--nfs", &free_port()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -100,6 +101,13 @@ fn a_single_node_is_node_1_of_the_same_dev_json() {
     assert_eq!(nodes.len(), 1, "{st}");
     assert_eq!(nodes[0]["node"], 1);
     assert_eq!(nodes[0]["s3"], up.s3.to_string());
+    // The NFS address mgmtd was given (`dev up --nfs`), beside RESP's.
+    let nfs = nodes[0]["nfs"].as_str().unwrap_or_default();
+    assert!(
+        nfs.parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback()),
+        "{st}"
+    );
     assert!(!st["cluster_id"].as_str().unwrap().is_empty(), "{st}");
     let mgmtd = nodes[0]["mgmtd_pid"].as_u64().unwrap();
     // `dev stop 1` holds the node down, as on a cluster; `dev start 1` brings it back.

@@ -8,9 +8,9 @@
 //! one node                         N nodes
 //! DIR/drives, state, logs, run     DIR/nodes/nK/{drives,state,logs,run}  node K's
 //! S3 --s3, RESP --resp,            node K on loopback address BASE+K (or 10.77.X.K
-//!   admin --admin (or any port)      in a namespace, --netns): S3 :9000, admin
-//!                                    :9001, internal :9002, chunks :7410, RESP
-//!                                    at --resp's port
+//!   NFS --nfs,                       in a namespace, --netns): S3 :9000, admin
+//!   admin --admin (or any port)      :9001, internal :9002, chunks :7410, RESP
+//!                                    at --resp's port, NFS at --nfs's
 //! DIR/state/root-credentials.json  the root S3 credentials (every node's)
 //! DIR/run/dev.json                 every node's id, endpoints and daemon pids
 //! DIR/run/lock                     held while the supervisor runs
@@ -52,6 +52,10 @@ pub struct UpArgs {
     /// every node's address.
     #[arg(long, default_value = "127.0.0.1:6379")]
     resp: SocketAddr,
+    /// NFS listen address (MOUNT and NFS on one port); on a local cluster,
+    /// this port on every node's address.
+    #[arg(long, default_value = "127.0.0.1:2049")]
+    nfs: SocketAddr,
     /// Domains for virtual-hosted-style S3 (`bucket.DOMAIN`), repeatable; path style
     /// works too. `*.localhost` names resolve to loopback in curl, browsers and
     /// systemd-resolved, so `http://demo.s3.localhost:9000/key` reaches bucket demo.
@@ -104,6 +108,7 @@ pub struct UpArgs {
 pub(crate) struct Endpoints {
     pub s3: String,
     pub resp: String,
+    pub nfs: String,
     pub admin: String,
     /// The SSH console's address, when served.
     pub ssh: Option<String>,
@@ -160,6 +165,7 @@ fn place(
         let e = Endpoints {
             s3: args.s3.to_string(),
             resp: args.resp.to_string(),
+            nfs: args.nfs.to_string(),
             admin: admin.to_string(),
             ssh: args.ssh.map(|a| a.to_string()),
             internal: None,
@@ -181,6 +187,7 @@ fn place(
     let e = Endpoints {
         s3: format!("{ip}:9000"),
         resp: format!("{ip}:{}", args.resp.port()),
+        nfs: format!("{ip}:{}", args.nfs.port()),
         admin: format!("{ip}:9001"),
         ssh: args.ssh.map(|a| format!("{ip}:{}", a.port())),
         internal: Some(format!("{ip}:9002")),
@@ -218,6 +225,7 @@ fn node(
     }
     let mut mg_args = supervisor::mgmtd_args(&dir, &e.s3, &e.admin, &e.datapath, args.drives);
     mg_args.extend(["--resp".to_string(), e.resp.clone()]);
+    mg_args.extend(["--nfs".to_string(), e.nfs.clone()]);
     if let Some(ssh) = &e.ssh {
         mg_args.extend(["--ssh".to_string(), ssh.clone()]);
         let keys: Vec<String> = args
@@ -563,11 +571,12 @@ fn banner(
         );
         for (n, e) in nodes.iter().zip(ends) {
             println!(
-                "  node {}  id {}  S3 http://{}  RESP {}  admin {}{}",
+                "  node {}  id {}  S3 http://{}  RESP {}  NFS {}  admin {}{}",
                 n.n,
                 n.id,
                 e.s3,
                 e.resp,
+                e.nfs,
                 e.admin,
                 e.ssh
                     .as_ref()
@@ -618,6 +627,7 @@ fn banner(
         "\nCairn node serving S3 ({} drives in {}, ready in {:.1} s)\n\n  \
          endpoint     {endpoint}\n  \
          RESP         {resp}  (AUTH with the secret key, or access key and secret)\n  \
+         NFS          {nfs}  (mounts /TENANT/BUCKET once exported: {me} export add)\n  \
          metrics      http://{admin}/metrics  (bearer token in {token})\n  \
          SSH          {ssh}\n  \
          access key   {}\n  \
@@ -636,6 +646,7 @@ fn banner(
         if from_env { "(from the environment)" } else { secret.as_str() },
         data.display(),
         resp = args.resp,
+        nfs = args.nfs,
         admin = ends[0].admin,
         token = data.join("state/admin.token").display(),
         ssh = ssh_line(&ends[0], &args.ssh_keys),

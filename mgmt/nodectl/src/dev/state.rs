@@ -19,6 +19,9 @@ pub struct DevNode {
     pub id: String,
     pub s3: String,
     pub resp: String,
+    /// Where its NFS server listens (empty in a `dev.json` from before NFS).
+    #[serde(default)]
+    pub nfs: String,
     pub admin: String,
     /// The SSH console's address, when `dev up --ssh` serves one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -64,6 +67,7 @@ pub(super) fn write(
                 id: n.id.clone(),
                 s3: e.s3.clone(),
                 resp: e.resp.clone(),
+                nfs: e.nfs.clone(),
                 ssh: e.ssh.clone(),
                 admin: e.admin.clone(),
                 internal: e.internal.clone().unwrap_or_default(),
