@@ -25,9 +25,9 @@ impl Ran {
 pub(crate) const HELP: &str = "\
 Commands (run as this SSH key's role, through the node's admin API):
   nodectl ARGS...     nodectl's commands for this node: status, drives, cluster, scrub,
-                      gc, tenant, user, key, kv, token, audit, node drain|remove|power|
-                      sensors, node bmc show|clear (e.g. `nodectl cluster status`; `nodectl`
-                      may be left out: `status`, `node power ID status`)
+                      gc, tenant, user, key, kv, export, token, audit, node drain|remove|
+                      power|sensors, node bmc show|clear (e.g. `nodectl cluster status`;
+                      `nodectl` may be left out: `status`, `node power ID status`)
   logs [N]            the last N lines (default 50) of mgmtd's log
   dmesg [N]           the last N kernel messages
   network             addresses of the node's interfaces
@@ -43,8 +43,8 @@ Commands (run as this SSH key's role, through the node's admin API):
 /// and `node`'s slots, updates and reboots act on the machine itself (see
 /// `NODE_THROUGH_THE_API`).
 pub(crate) const THROUGH_THE_API: &[&str] = &[
-    "audit", "cluster", "drives", "gc", "key", "kv", "node", "scrub", "status", "tenant", "token",
-    "user",
+    "audit", "cluster", "drives", "export", "gc", "key", "kv", "node", "scrub", "status", "tenant",
+    "token", "user",
 ];
 
 /// `node`'s commands that go through the API. Not `update`, `rollback`, `slots`

@@ -16,8 +16,8 @@ const PROMPT: &str = "cairn> ";
 
 /// First words Tab completes: nodectl's commands a console runs, and its own.
 const WORDS: &[&str] = &[
-    "audit", "cluster", "dmesg", "drives", "exit", "gc", "help", "key", "kv", "logs", "network",
-    "nodectl", "scrub", "status", "tenant", "token", "user",
+    "audit", "cluster", "dmesg", "drives", "exit", "export", "gc", "help", "key", "kv", "logs",
+    "network", "nodectl", "scrub", "status", "tenant", "token", "user",
 ];
 
 /// Lines of history kept per console.
