@@ -6,13 +6,14 @@
 # reference (redis-server), iproute2 (clusters in network namespaces), the image
 # build's tools (mmdebstrap, erofs, GPT and FAT without loop mounts) and QEMU with
 # OVMF, busybox and kmod (the VM tests in hwtests/), OpenIPMI's ipmi_sim and
-# ipmitool (simulated BMCs: ci/bmc-sim.sh), chromium (the status page's test).
+# ipmitool (simulated BMCs: ci/bmc-sim.sh), chromium (the status page's test),
+# libnfs-utils (nfs-cp, nfs-ls, nfs-cat: a userspace NFS client; the host kernel has none).
 # Idempotent; run as root.
 set -euo pipefail
 need_apt=()
 for p in build-essential pkg-config libisal-dev curl ca-certificates python3-pip \
     redis-tools redis-server iproute2 qemu-system-x86 ovmf busybox-static kmod binutils \
-    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs openssh-client openipmi ipmitool chromium; do
+    mmdebstrap erofs-utils gdisk dosfstools mtools e2fsprogs openssh-client openipmi ipmitool chromium libnfs-utils; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if ((${#need_apt[@]})); then

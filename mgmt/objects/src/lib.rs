@@ -19,6 +19,7 @@
 mod bulk;
 mod commit;
 mod fabric;
+mod files;
 mod gc;
 mod health;
 mod lifecycle;
@@ -638,7 +639,7 @@ impl ObjectStore {
 
     /// The tenant's bucket `name` after a read barrier: its metadata name (see
     /// [`cairn_meta::bucket_id`]) and record.
-    async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         tenant: u64,
         name: &str,
