@@ -25,7 +25,7 @@ pub enum ExportCmd {
         bucket: String,
         /// A client network that may mount it: CIDR (10.0.0.0/8, fd00::/64) or
         /// one address. Repeatable; at least one.
-        #[arg(long = "client", required = true)]
+        #[arg(long = "client", value_name = "CIDR", required = true)]
         clients: Vec<String>,
         /// The owner its files and directories show (default 65534, nobody).
         #[arg(long)]
