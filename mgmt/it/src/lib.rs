@@ -7,6 +7,7 @@
 //! plainly rather than skipped.
 
 pub mod dev;
+pub mod nfs;
 pub mod raw;
 pub mod tenant;
 

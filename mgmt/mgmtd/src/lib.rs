@@ -123,7 +123,7 @@ pub struct Config {
     /// How often a single node's repair pass runs (a cluster's: `ClusterOpts`).
     pub repair_every: Duration,
     /// Written once the listeners are up: `{"s3": ADDR, "admin": ADDR}` (and
-    /// `"resp": ADDR` when RESP is served).
+    /// `"resp": ADDR`, `"nfs": ADDR` when RESP, NFS are served).
     pub ready_file: Option<PathBuf>,
     /// Set: the node runs as a cluster member (it serves S3 once it has joined or
     /// created a cluster).
@@ -197,6 +197,15 @@ async fn run_cluster(
     let s3_addr = s3_listener.local_addr().map_err(io_err("S3 address"))?;
     let resp_listener = resp::bind(cfg.resp).await?;
     let resp_addr = resp_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let nfs_listener = match cfg.nfs {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(io_err(format!("bind NFS on {a}")))?,
+        ),
+        None => None,
+    };
+    let nfs_addr = nfs_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admin_listener = tokio::net::TcpListener::bind(cfg.admin)
         .await
         .map_err(io_err(format!("bind admin API on {}", cfg.admin)))?;
@@ -376,6 +385,12 @@ async fn run_cluster(
                         tracing::warn!("serving S3 with {reached} of {of} up drives reachable");
                     }
                     tracing::info!(%s3_addr, "S3 serving for the cluster");
+                    // NFS serves the same buckets from the same store.
+                    if let Some(l) = nfs_listener {
+                        if let Err(e) = cairn_nfs::NfsServer::serve(l, store.clone()) {
+                            tracing::error!("cannot serve NFS: {e}");
+                        }
+                    }
                     // RESP lives and stops with S3: both wait for membership, and
                     // both drain their requests at stop, while the cluster still
                     // commits (it shuts down after them).
@@ -419,6 +434,9 @@ async fn run_cluster(
         }
         if let Some(a) = resp_addr {
             body["resp"] = a.to_string().into();
+        }
+        if let Some(a) = nfs_addr {
+            body["nfs"] = a.to_string().into();
         }
         write_atomic(p, body.to_string().as_bytes())?;
     }

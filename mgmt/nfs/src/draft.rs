@@ -44,14 +44,19 @@ pub struct Draft {
     held: u64,
     /// Set by a truncation: the size is the client's, not `base`'s.
     sized: bool,
+    /// The base's bytes from here on are gone (cut by a truncation: an
+    /// extension after it reads zeros there).
+    cut: u64,
     pub modified_ms: i64,
     pub touched: Instant,
 }
 
 impl Draft {
     pub fn new(base: Option<ObjectRecord>) -> Draft {
+        let size = base.as_ref().map_or(0, |b| b.size);
         Draft {
-            size: base.as_ref().map_or(0, |b| b.size),
+            size,
+            cut: size,
             base,
             writes: Vec::new(),
             held: 0,
@@ -89,6 +94,7 @@ impl Draft {
         }
         self.writes.retain(|(_, d)| !d.is_empty());
         self.size = size;
+        self.cut = self.cut.min(size);
         self.sized = true;
         self.modified_ms = cairn_meta::now_ms();
         self.touched = Instant::now();
@@ -125,11 +131,13 @@ impl Draft {
                         Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => None,
                         Err(e) => return Err(e),
                     };
-                    if !self.sized {
+                    let now = self.base.as_ref().map_or(0, |b| b.size);
+                    if self.sized {
+                        self.cut = self.cut.min(now);
+                    } else {
                         let end = self.writes.iter().map(|(o, d)| o + d.len() as u64).max();
-                        self.size = end
-                            .unwrap_or(0)
-                            .max(self.base.as_ref().map_or(0, |b| b.size));
+                        self.size = end.unwrap_or(0).max(now);
+                        self.cut = now;
                     }
                 }
                 other => return other,
@@ -170,6 +178,7 @@ impl Draft {
             )
             .await?;
         self.size = rec.size;
+        self.cut = rec.size;
         self.base = Some(rec);
         self.writes.clear();
         self.held = 0;
@@ -197,7 +206,7 @@ impl Draft {
                 if e.size == 0 || lo >= self.size {
                     continue;
                 }
-                if !versioned && hi <= self.size && !self.touches(lo, hi) {
+                if !versioned && hi <= self.size.min(self.cut) && !self.touches(lo, hi) {
                     out.push(Piece::Keep(e.clone()));
                 } else {
                     fresh(&mut out, lo, hi.min(self.size));
@@ -215,7 +224,7 @@ impl Draft {
     }
 
     /// The file's bytes `lo..hi` as they are with the writes: the base's bytes
-    /// (zeros past its end) with every write over them, in buffers of at most
+    /// (zeros past its end or a truncation) with every write over them, in buffers of at most
     /// [`PIECE_CHUNK`].
     fn bytes(
         &self,
@@ -225,6 +234,7 @@ impl Draft {
         hi: u64,
     ) -> futures::stream::BoxStream<'static, Result<Bytes, ObjectError>> {
         let base = self.base.clone();
+        let cut = self.cut;
         let writes = self.writes.clone();
         let store = store.clone();
         let starts: Vec<u64> = (lo..hi).step_by(PIECE_CHUNK as usize).collect();
@@ -238,7 +248,7 @@ impl Draft {
                     let end = (c + PIECE_CHUNK).min(hi);
                     let mut buf = BytesMut::zeroed((end - c) as usize);
                     if let Some(b) = &base {
-                        let upto = end.min(b.size);
+                        let upto = end.min(b.size).min(cut);
                         if c < upto {
                             let old: Vec<Bytes> =
                                 store.read(tenant, b, c, upto).try_collect().await?;

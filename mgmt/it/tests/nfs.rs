@@ -1,0 +1,418 @@
+//! NFS from the outside: a real userspace NFSv3 client (`nfs3_client`) against
+//! a real node, S3 through the AWS SDK on the same buckets. Files written over
+//! NFS are objects byte for byte and the other way round; directories, renames,
+//! truncation, partial overwrites; handles that outlive a kill -9 of mgmtd and
+//! committed bytes that survive it; names and handles a client must not use;
+//! exports sealed by tenant and client network; quotas as through S3.
+
+use cairn_adminapi::{AdminClient, ExportSpec, QuotaSpec};
+use cairn_it::nfs::{raw_handle, Mount};
+use cairn_it::{free_addr, md5_hex, random_bytes, Node, NodeOptions};
+use nfs3_client::nfs3_types::nfs3::{nfsstat3, sattr3, stable_how, Nfs3Option};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+struct Setup {
+    node: Node,
+    nfs: SocketAddr,
+    api: AdminClient,
+}
+
+async fn setup(bucket: &str) -> Setup {
+    let nfs = free_addr();
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![("CAIRN_NFS", nfs)],
+        ..Default::default()
+    });
+    let api = AdminClient::for_state_dir(&node.admin_addr, &node.state_dir()).unwrap();
+    node.client()
+        .create_bucket()
+        .bucket(bucket)
+        .send()
+        .await
+        .unwrap();
+    export(&api, "root", bucket, &["127.0.0.1/32"], false).await;
+    Setup {
+        nfs: nfs.parse().unwrap(),
+        node,
+        api,
+    }
+}
+
+async fn export(api: &AdminClient, tenant: &str, bucket: &str, clients: &[&str], read_only: bool) {
+    let spec = ExportSpec {
+        clients: clients.iter().map(|c| c.to_string()).collect(),
+        uid: Some(1000),
+        gid: Some(1000),
+        read_only,
+    };
+    api.set_export(tenant, bucket, &spec).await.unwrap();
+    // Each node reads the exports at most every 2 s.
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+}
+
+async fn get(node: &Node, bucket: &str, key: &str) -> Vec<u8> {
+    let o = node
+        .client()
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await;
+    let o = o.unwrap_or_else(|e| panic!("GET {key}: {e:?}"));
+    o.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
+async fn keys(node: &Node, bucket: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let r = node
+            .client()
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .unwrap();
+        out.extend(
+            r.contents()
+                .iter()
+                .filter_map(|o| o.key().map(str::to_string)),
+        );
+        token = r.next_continuation_token().map(str::to_string);
+        if token.is_none() {
+            return out;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_objects_are_one_namespace() {
+    let s = setup("demo").await;
+    let node = &s.node;
+    let mut m = Mount::new(s.nfs, "/root/demo", LOCAL).await.unwrap();
+
+    // An object written over S3 is a file at once.
+    let body = random_bytes(3 << 20, 1);
+    node.client()
+        .put_object()
+        .bucket("demo")
+        .key("s3/deep/obj.bin")
+        .body(body.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let h = m.walk("s3/deep/obj.bin").await.unwrap();
+    assert_eq!(m.read_all(&h).await.unwrap(), body, "S3 -> NFS");
+    assert_eq!(m.getattr(&h).await.unwrap().size, 3 << 20);
+
+    // A tree written over NFS: every file an object, byte for byte, once committed.
+    let root = m.root.clone();
+    let tree = m.mkdir(&root, "tree").await.unwrap();
+    let mut subs = Vec::new();
+    for i in 0..10 {
+        subs.push(m.mkdir(&tree, &format!("d{i}")).await.unwrap());
+    }
+    let started = Instant::now();
+    for i in 0..1000u64 {
+        let f = m
+            .create(&subs[(i % 10) as usize], &format!("f{i}"))
+            .await
+            .unwrap();
+        m.write_all(&f, 0, &random_bytes(100 + i as usize, i))
+            .await
+            .unwrap();
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "1000 small files created, written and committed over NFS in {secs:.1} s ({:.0} files/s)",
+        1000.0 / secs
+    );
+    let listed = keys(node, "demo", "tree/").await;
+    assert_eq!(
+        listed.len(),
+        1000 + 11,
+        "1000 files and 11 directory markers: {:?}",
+        &listed[..5]
+    );
+    for i in (0..1000u64).step_by(37) {
+        let got = get(node, "demo", &format!("tree/d{}/f{i}", i % 10)).await;
+        assert_eq!(
+            md5_hex(&got),
+            md5_hex(&random_bytes(100 + i as usize, i)),
+            "NFS -> S3, file {i}"
+        );
+    }
+    // A directory read in small replies (several cookies) sees every name once.
+    let mut names = m.names(&subs[3], 1024).await.unwrap();
+    names.sort();
+    let mut want: Vec<String> = (0..1000)
+        .filter(|i| i % 10 == 3)
+        .map(|i| format!("f{i}"))
+        .collect();
+    want.sort();
+    assert_eq!(names, want);
+
+    // A directory renamed: every file moves, none is left behind.
+    m.rename(&root, "tree", &root, "moved").await.unwrap();
+    assert!(keys(node, "demo", "tree/").await.is_empty());
+    assert_eq!(keys(node, "demo", "moved/").await.len(), 1011);
+    let f7 = m.walk("moved/d7/f7").await.unwrap();
+    assert_eq!(m.read_all(&f7).await.unwrap(), random_bytes(107, 7));
+    assert_eq!(m.lookup(&root, "tree").await, Err(nfsstat3::NFS3ERR_NOENT));
+
+    // Part of a file overwritten, then appended to, then cut: S3 sees each.
+    let f = m.create(&root, "edit.bin").await.unwrap();
+    let mut want = random_bytes(5 << 20, 9);
+    m.write_all(&f, 0, &want).await.unwrap();
+    let patch = random_bytes(1000, 10);
+    m.write_all(&f, 4096, &patch).await.unwrap();
+    want[4096..5096].copy_from_slice(&patch);
+    assert_eq!(
+        md5_hex(&get(node, "demo", "edit.bin").await),
+        md5_hex(&want),
+        "overwrite"
+    );
+    let tail = random_bytes(777, 11);
+    m.write_all(&f, want.len() as u64, &tail).await.unwrap();
+    want.extend_from_slice(&tail);
+    assert_eq!(
+        md5_hex(&get(node, "demo", "edit.bin").await),
+        md5_hex(&want),
+        "append"
+    );
+    let cut = sattr3 {
+        size: Nfs3Option::Some(1234),
+        mode: Nfs3Option::Some(0o600),
+        ..Default::default()
+    };
+    m.setattr(&f, cut).await.unwrap();
+    want.truncate(1234);
+    assert_eq!(get(node, "demo", "edit.bin").await, want, "truncate");
+    let a = m.getattr(&f).await.unwrap();
+    assert_eq!(
+        (a.size, a.mode, a.uid),
+        (1234, 0o600, 1000),
+        "size, mode kept, the export's owner"
+    );
+    let head = node
+        .client()
+        .head_object()
+        .bucket("demo")
+        .key("edit.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.metadata()
+            .and_then(|m| m.get("nfs-mode"))
+            .map(String::as_str),
+        Some("384")
+    );
+
+    // An S3 overwrite is what the next NFS read sees (close-to-open).
+    let fresh = random_bytes(2000, 12);
+    node.client()
+        .put_object()
+        .bucket("demo")
+        .key("edit.bin")
+        .body(fresh.clone().into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(m.read_all(&f).await.unwrap(), fresh);
+
+    // Removal; a directory with something in it stays.
+    m.remove(&root, "edit.bin").await.unwrap();
+    assert_eq!(
+        m.lookup(&root, "edit.bin").await,
+        Err(nfsstat3::NFS3ERR_NOENT)
+    );
+    assert_eq!(
+        m.rmdir(&root, "moved").await,
+        Err(nfsstat3::NFS3ERR_NOTEMPTY)
+    );
+    let empty = m.mkdir(&root, "empty").await.unwrap();
+    assert_eq!(m.names(&empty, 4096).await.unwrap(), Vec::<String>::new());
+    m.rmdir(&root, "empty").await.unwrap();
+
+    // What a client must not do gets an error, and changes nothing.
+    assert_eq!(
+        m.lookup(&root, &"x".repeat(256)).await,
+        Err(nfsstat3::NFS3ERR_NAMETOOLONG)
+    );
+    assert_eq!(
+        m.create(&root, "nul\0name").await,
+        Err(nfsstat3::NFS3ERR_INVAL)
+    );
+    assert_eq!(m.create(&root, "..").await, Err(nfsstat3::NFS3ERR_INVAL));
+    let up = m.lookup(&root, "..").await.unwrap();
+    assert_eq!(
+        m.getattr(&up).await.unwrap().fileid,
+        m.getattr(&root).await.unwrap().fileid,
+        "nothing above the export"
+    );
+    let big = m.create(&root, "sparse").await.unwrap();
+    assert_eq!(
+        m.write(&big, 200 << 30, b"x", stable_how::FILE_SYNC).await,
+        Err(nfsstat3::NFS3ERR_FBIG)
+    );
+    assert!(matches!(
+        m.getattr(&raw_handle(vec![7; 30])).await,
+        Err(nfsstat3::NFS3ERR_BADHANDLE | nfsstat3::NFS3ERR_STALE)
+    ));
+    assert_eq!(
+        get(node, "demo", "s3/deep/obj.bin").await,
+        body,
+        "untouched by all that"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_outlive_a_kill_and_committed_bytes_survive_it() {
+    let mut s = setup("keep").await;
+    let mut m = Mount::new(s.nfs, "/root/keep", LOCAL).await.unwrap();
+    let root = m.root.clone();
+    let dir = m.mkdir(&root, "dir").await.unwrap();
+    let f = m.create(&dir, "log").await.unwrap();
+    let first = random_bytes(3 << 20, 21);
+    let verf = m.write_all(&f, 0, &first).await.unwrap();
+    // An unstable write with no COMMIT: the server may lose it, and says so by
+    // its verifier.
+    let (_, how, _) = m
+        .write(
+            &f,
+            first.len() as u64,
+            &random_bytes(1 << 20, 22),
+            stable_how::UNSTABLE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(how, stable_how::UNSTABLE);
+    s.node.kill_mgmtd();
+    s.node.start_mgmtd();
+
+    // The same handles, on a new connection, after the restart.
+    let mut m = Mount::new(s.nfs, "/root/keep", LOCAL).await.unwrap();
+    assert_eq!(m.root, root, "the export's handle is the same");
+    let a = m.getattr(&f).await.unwrap();
+    assert!(
+        a.size == first.len() as u64 || a.size == (4 << 20),
+        "size {}",
+        a.size
+    );
+    let again = m.commit(&f).await.unwrap();
+    assert_ne!(
+        again, verf,
+        "a new verifier: the client resends what it had not committed"
+    );
+    let got = m.read_all(&f).await.unwrap();
+    assert_eq!(
+        md5_hex(&got[..first.len()]),
+        md5_hex(&first),
+        "every committed byte is there"
+    );
+    assert_eq!(m.names(&dir, 4096).await.unwrap(), ["log"]);
+    assert_eq!(
+        get(&s.node, "keep", "dir/log").await[..first.len()],
+        first[..]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_are_sealed_by_tenant_and_network() {
+    let s = setup("open").await;
+    let (node, api) = (&s.node, &s.api);
+    // Another tenant's bucket, exported to it; a root bucket not exported; one
+    // exported only to a network this client is not in.
+    api.tenant_create("acme", true).await.unwrap();
+    api.user_create("acme", "alice", "admin").await.unwrap();
+    let k = api.key_create("acme", "alice").await.unwrap();
+    let alice = node.client_with(&k.access_key, &k.secret_key);
+    alice.create_bucket().bucket("data").send().await.unwrap();
+    alice
+        .put_object()
+        .bucket("data")
+        .key("secret.txt")
+        .body(b"acme only".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    node.client()
+        .create_bucket()
+        .bucket("hidden")
+        .send()
+        .await
+        .unwrap();
+    node.client()
+        .create_bucket()
+        .bucket("far")
+        .send()
+        .await
+        .unwrap();
+    export(api, "root", "far", &["10.0.0.0/8"], false).await;
+    export(api, "acme", "data", &["127.0.0.2/32"], true).await;
+
+    // 127.0.0.1 reaches its export only.
+    assert!(Mount::new(s.nfs, "/root/open", LOCAL).await.is_ok());
+    for path in ["/root/hidden", "/root/far", "/acme/data", "/", "/root"] {
+        assert!(
+            Mount::new(s.nfs, path, LOCAL).await.is_err(),
+            "{path} mounted from 127.0.0.1"
+        );
+    }
+    // 127.0.0.2 reaches acme's, read-only, and sees acme's bytes.
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut m = Mount::new(s.nfs, "/acme/data", other).await.unwrap();
+    let f = m.walk("secret.txt").await.unwrap();
+    assert_eq!(m.read_all(&f).await.unwrap(), b"acme only");
+    assert_eq!(
+        m.write(&f, 0, b"no", stable_how::FILE_SYNC).await,
+        Err(nfsstat3::NFS3ERR_ROFS)
+    );
+    let root = m.root.clone();
+    assert_eq!(m.create(&root, "new").await, Err(nfsstat3::NFS3ERR_ROFS));
+    assert!(
+        Mount::new(s.nfs, "/root/open", other).await.is_err(),
+        "not its network"
+    );
+    // A handle of acme's export, carried to 127.0.0.1's connection: refused.
+    let mut mine = Mount::new(s.nfs, "/root/open", LOCAL).await.unwrap();
+    assert_eq!(mine.getattr(&f).await.err(), Some(nfsstat3::NFS3ERR_ACCES));
+    // A client no export allows is not served at all.
+    let nobody: IpAddr = "127.0.0.9".parse().unwrap();
+    let e = Mount::new(s.nfs, "/root/open", nobody)
+        .await
+        .expect_err("no export");
+    println!("a client no export allows: {e}");
+
+    // A bucket's quota holds over NFS as over S3.
+    alice.create_bucket().bucket("small").send().await.unwrap();
+    let q = QuotaSpec {
+        max_bytes: Some(1 << 20),
+        ..Default::default()
+    };
+    api.bucket_quota("acme", "small", q).await.unwrap();
+    export(api, "acme", "small", &["127.0.0.1/32"], false).await;
+    let mut small = Mount::new(s.nfs, "/acme/small", LOCAL).await.unwrap();
+    let root = small.root.clone();
+    let f = small.create(&root, "big").await.unwrap();
+    let r = small.write_all(&f, 0, &random_bytes(2 << 20, 31)).await;
+    assert_eq!(r, Err(nfsstat3::NFS3ERR_DQUOT));
+    let kept = alice
+        .get_object()
+        .bucket("small")
+        .key("big")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        kept.content_length(),
+        Some(0),
+        "nothing past the quota was kept"
+    );
+}
