@@ -44,7 +44,7 @@ for MODE in off on; do
   if [ "$MODE" = off ]; then export CAIRN_FAIR_SLOTS=0; elif [ -n "${SLOTS_ON:-}" ]; then export CAIRN_FAIR_SLOTS=$SLOTS_ON; else unset CAIRN_FAIR_SLOTS; fi
   log "fair sharing $MODE: nodectl dev up on 127.0.0.1:$PORT"
   "$BIN/nodectl" dev up --data "$DATA" --s3 "127.0.0.1:$PORT" \
-    --resp "127.0.0.1:$(free_port)" --admin "127.0.0.1:$(free_port)" \
+    --resp "127.0.0.1:$(free_port)" --nfs "127.0.0.1:$(free_port)" --admin "127.0.0.1:$(free_port)" \
     > "$OUT/logs/qos-node-$MODE.log" 2>&1 &
   NP=$!; PIDS+=("$NP")
   wait_port 127.0.0.1 "$PORT" 120 || { log "node did not start"; exit 1; }

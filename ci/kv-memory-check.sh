@@ -18,6 +18,7 @@ cd "$(dirname "$0")/.."
 bin=${1:-target/release}
 work=$(mktemp -d /var/tmp/cairn-kvmem.XXXXXX)
 rport=$((17000 + RANDOM % 1000))
+nport=$((15000 + RANDOM % 1000))
 port=$((18000 + RANDOM % 1000))
 limit=$((512 << 20))
 export CAIRN_ROOT_ACCESS_KEY=KVMEM$RANDOM$RANDOM
@@ -56,7 +57,7 @@ else
 fi
 
 "$bin/nodectl" dev up --data "$work/data" --drive-size 4G --s3 "127.0.0.1:$port" \
-  --resp "127.0.0.1:$rport" --kv-ram 128M >"$work/nodectl.log" 2>&1 &
+  --resp "127.0.0.1:$rport" --nfs "127.0.0.1:$nport" --kv-ram 128M >"$work/nodectl.log" 2>&1 &
 sup=$!
 for _ in $(seq 1 300); do
   redis-cli -p "$rport" --no-auth-warning --user "$CAIRN_ROOT_ACCESS_KEY" \

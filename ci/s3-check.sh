@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Shell-level check of a real node: `nodectl dev up` on file-backed drives, the aws
-# CLI, s3cmd, boto3 (the core API, then tagging, CORS and versions) and minio-py against it, redis-cli against its RESP port, then kill -9 of every Cairn process, a restart on the
+# CLI, s3cmd, boto3 (the core API, then tagging, CORS and versions) and minio-py against it, redis-cli against its RESP port,
+# libnfs's nfs-cp, nfs-cat and nfs-ls against its NFS port (the same bucket over both), then kill -9 of every Cairn process, a restart on the
 # same data directory, and every object read back by hash.
 #
 #   ci/s3-check.sh [BIN_DIR]     (default target/release)
@@ -11,6 +12,7 @@ work=$(mktemp -d /tmp/cairn-s3check.XXXXXX)
 port=$((19000 + RANDOM % 1000))
 endpoint="http://127.0.0.1:$port"
 rport=$((16000 + RANDOM % 1000))
+nport=$((15000 + RANDOM % 1000))
 export CAIRN_ROOT_ACCESS_KEY=CAIRNCHECK$RANDOM$RANDOM
 export CAIRN_ROOT_SECRET_KEY=$(head -c 30 /dev/urandom | base64 | tr -d '/+=')
 export AWS_ACCESS_KEY_ID=$CAIRN_ROOT_ACCESS_KEY AWS_SECRET_ACCESS_KEY=$CAIRN_ROOT_SECRET_KEY
@@ -43,7 +45,7 @@ trap 'failed_at="$LINENO (calls from lines ${BASH_LINENO[*]})" failed_cmd=$BASH_
 trap cleanup EXIT
 
 start() {
-  "$bin/nodectl" dev up --data "$work/data" --drive-size 2G --s3 "127.0.0.1:$port" --resp "127.0.0.1:$rport" >>"$work/nodectl.log" 2>&1 &
+  "$bin/nodectl" dev up --data "$work/data" --drive-size 2G --s3 "127.0.0.1:$port" --resp "127.0.0.1:$rport" --nfs "127.0.0.1:$nport" >>"$work/nodectl.log" 2>&1 &
   sup=$!
   for _ in $(seq 1 300); do
     curl -s -o /dev/null "$endpoint/" && return 0
@@ -132,6 +134,25 @@ python3 ci/s3_services.py "$endpoint"
 echo "  ok  aws s3api get-bucket-versioning: never enabled"
 echo "-- redis-cli (RESP)"
 ci/resp-check.sh "127.0.0.1" "$rport" "$work"
+echo "-- libnfs (NFSv3, a userspace client at its defaults): one bucket over NFS and S3"
+aws_ s3 mb s3://nfs-check >/dev/null
+"$bin/nodectl" export add --data "$work/data" root nfs-check --client 127.0.0.1/32 >/dev/null
+sleep 2.2 # the node reads its exports at most every 2 s
+nfs_url() { echo "nfs://127.0.0.1/root/nfs-check/$1?version=3&nfsport=$nport&mountport=$nport"; }
+head -c 3000001 /dev/urandom >"$work/nfs.in"
+nfs-cp "$work/nfs.in" "$(nfs_url from-nfs)" >/dev/null || fail "nfs-cp up"
+aws_ s3 cp --only-show-errors s3://nfs-check/from-nfs "$work/nfs.s3" || fail "S3 GET of an NFS-written file"
+cmp "$work/nfs.in" "$work/nfs.s3" || fail "the NFS-written file differs over S3"
+aws_ s3 cp --only-show-errors "$work/nfs.in" s3://nfs-check/dir/from-s3
+nfs-cat "$(nfs_url dir/from-s3)" >"$work/nfs.cat" || fail "nfs-cat"
+cmp "$work/nfs.in" "$work/nfs.cat" || fail "the S3-written object differs over NFS"
+nfs-cp "$(nfs_url dir/from-s3)" "$work/nfs.cp" >/dev/null && cmp "$work/nfs.in" "$work/nfs.cp" || fail "nfs-cp down"
+listing=$(nfs-ls "$(nfs_url "")" | awk '{print $NF}' | sort | tr '\n' ' ')
+[[ $listing == "dir from-nfs " ]] || fail "nfs-ls shows: $listing"
+for k in from-nfs dir/from-s3; do
+  printf '{"bucket": "nfs-check", "key": "%s", "sha256": "%s"}\n' "$k" "$(sha256sum "$work/nfs.in" | cut -d' ' -f1)" >>"$work/manifest"
+done
+echo "  ok  nfs-cp up, S3 GET; S3 PUT, nfs-cat, nfs-cp down; nfs-ls (byte-exact both ways)"
 echo "-- nodectl status"
 "$bin/nodectl" status --data "$work/data"
 objects=$("$bin/nodectl" status --data "$work/data" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["objects"])')
