@@ -11,6 +11,7 @@ use cairn_it::{free_addr, md5_hex, random_bytes, Node, NodeOptions};
 use nfs3_client::nfs3_types::nfs3::{nfsstat3, sattr3, stable_how, Nfs3Option};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
@@ -265,10 +266,22 @@ async fn files_and_objects_are_one_namespace() {
         m.getattr(&raw_handle(vec![7; 30])).await,
         Err(nfsstat3::NFS3ERR_BADHANDLE | nfsstat3::NFS3ERR_STALE)
     ));
+    // A record claiming 2 GiB is cut off before its memory is taken; the
+    // server goes on serving.
+    let mut raw = tokio::net::TcpStream::connect(s.nfs).await.unwrap();
+    raw.write_all(&0x7fff_ffffu32.to_be_bytes()).await.unwrap();
+    let mut buf = [0u8; 16];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), raw.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection stays open: {closed:?}"
+    );
+    let mut again = Mount::new(s.nfs, "/root/demo", LOCAL).await.unwrap();
+    let h = again.walk("s3/deep/obj.bin").await.unwrap();
     assert_eq!(
-        get(node, "demo", "s3/deep/obj.bin").await,
+        again.read_all(&h).await.unwrap(),
         body,
-        "untouched by all that"
+        "untouched by all that, still served"
     );
 }
 

@@ -380,7 +380,10 @@ impl NfsReadFileSystem for CairnFs {
         if offset >= rec.size {
             return Ok((Vec::new(), true));
         }
-        let end = (offset + u64::from(count)).min(rec.size);
+        // At most what FSINFO offers (1 MiB): a client asking 4 GiB at once is
+        // given that much, not a buffer of its size.
+        let count = u64::from(count).min(crate::MAX_READ);
+        let end = offset.saturating_add(count).min(rec.size);
         let parts: Vec<Bytes> = self
             .shared
             .store

@@ -41,6 +41,8 @@ use std::time::Duration;
 /// The largest file (what FSINFO advertises, 128 GiB): a write past it is
 /// refused (`EFBIG`) before anything is stored.
 pub const MAX_FILE_SIZE: u64 = 128 << 30;
+/// The most one READ returns (FSINFO's `rtmax`).
+pub const MAX_READ: u64 = 1 << 20;
 /// The generation in every handle: fixed, so handles outlive the process (the
 /// NFS layer would otherwise make one from its start time).
 const GENERATION: u64 = 0x6361_6972_6e00_0001;

@@ -1,4 +1,5 @@
 use std::io::Cursor;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::anyhow;
@@ -167,7 +168,14 @@ pub struct SocketMessageHandler<T: NfsFileSystem + 'static> {
     socket_receive_channel: DuplexStream,
     reply_send_channel: mpsc::UnboundedSender<SocketMessageType>,
     context: RPCContext<T>,
+    // Cairn: requests of this connection being handled at once; past it the
+    // socket is not read (a client pipelining without end is slowed, not fed
+    // memory).
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Cairn: requests one connection may have in flight.
+const MAX_IN_FLIGHT: usize = 64;
 
 impl<T> SocketMessageHandler<T>
 where
@@ -189,6 +197,7 @@ where
                 socket_receive_channel: sockrecv,
                 reply_send_channel: msgsend,
                 context,
+                in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
             },
             socksend,
             msgrecv,
@@ -212,7 +221,9 @@ where
 
             let context = self.context.clone();
             let send = self.reply_send_channel.clone();
+            let permit = self.in_flight.clone().acquire_owned().await?;
             tokio::spawn(async move {
+                let _permit = permit;
                 let result = handle_rpc_message(context, message).await;
 
                 match result {

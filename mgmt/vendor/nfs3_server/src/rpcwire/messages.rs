@@ -33,6 +33,10 @@ impl PackedRpcMessage {
     }
 }
 
+/// Cairn: the largest RPC record read (the largest WRITE the file systems
+/// advertise, 1 MiB, and room for its header).
+pub const MAX_RECORD: usize = (1 << 20) + (64 << 10);
+
 /// Contains collected RPC message fragments without their headers.
 #[derive(Default, Debug)]
 pub struct IncompleteRpcMessage(Vec<u8>);
@@ -44,6 +48,15 @@ impl IncompleteRpcMessage {
         let header: fragment_header = header_buf.into();
         let prev_length = self.0.len();
         let fragment_length = header.fragment_length() as usize;
+        // Cairn: a record is never larger than the largest request (a 1 MiB
+        // WRITE and its header); a client claiming more is cut off before the
+        // memory is taken.
+        if prev_length + fragment_length > MAX_RECORD {
+            anyhow::bail!(
+                "RPC record of {} bytes or more refused (at most {MAX_RECORD})",
+                prev_length + fragment_length
+            );
+        }
         self.0.resize(prev_length + fragment_length, 0);
         input.read_exact(&mut self.0[prev_length..]).await?;
 
