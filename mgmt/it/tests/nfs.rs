@@ -291,6 +291,26 @@ async fn handles_outlive_a_kill_and_committed_bytes_survive_it() {
     let mut m = Mount::new(s.nfs, "/root/keep", LOCAL).await.unwrap();
     let root = m.root.clone();
     let dir = m.mkdir(&root, "dir").await.unwrap();
+    // LMCache's fs:// layout: a directory per model, one file per chunk,
+    // written to `.tmp` and renamed; names far longer than a handle holds.
+    let model = "vllm@meta-llama_Llama-3.1-8B-Instruct@1@0@bfloat16";
+    let chunks = m.mkdir(&dir, model).await.unwrap();
+    let mut lm = Vec::new();
+    for i in 0..5u64 {
+        let name = format!("{model}@{:064x}.pt", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let tmp = m.create(&chunks, &format!("{name}.tmp")).await.unwrap();
+        let data = random_bytes(256 << 10, 100 + i);
+        m.write_all(&tmp, 0, &data).await.unwrap();
+        m.rename(&chunks, &format!("{name}.tmp"), &chunks, &name)
+            .await
+            .unwrap();
+        let h = m.lookup(&chunks, &name).await.unwrap();
+        assert_eq!(
+            m.lookup(&chunks, &format!("{name}.tmp")).await,
+            Err(nfsstat3::NFS3ERR_NOENT)
+        );
+        lm.push((name, h, data));
+    }
     let f = m.create(&dir, "log").await.unwrap();
     let first = random_bytes(3 << 20, 21);
     let verf = m.write_all(&f, 0, &first).await.unwrap();
@@ -329,7 +349,19 @@ async fn handles_outlive_a_kill_and_committed_bytes_survive_it() {
         md5_hex(&first),
         "every committed byte is there"
     );
-    assert_eq!(m.names(&dir, 4096).await.unwrap(), ["log"]);
+    let mut names = m.names(&dir, 4096).await.unwrap();
+    names.sort();
+    assert_eq!(names, ["log", model]);
+    // Handles of long paths hold only their beginning: found again after the
+    // restart by listing, the bytes the same over NFS and S3.
+    for (name, h, data) in &lm {
+        assert_eq!(&m.read_all(h).await.unwrap(), data, "{name} over NFS");
+        assert_eq!(
+            &get(&s.node, "keep", &format!("dir/{model}/{name}")).await,
+            data,
+            "over S3"
+        );
+    }
     assert_eq!(
         get(&s.node, "keep", "dir/log").await[..first.len()],
         first[..]
