@@ -3,25 +3,10 @@
 
 use super::*;
 
-fn obj(id: u128, size: u64) -> ObjectRecord {
-    let mut o = super::tests::obj(&format!("e{id}"), size);
-    o.extents[0].id = id;
-    o
-}
+use super::version_tests::{obj, setup as versioned};
 
 async fn setup() -> (tempfile::TempDir, MetaStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
-    s.apply(Mutation::CreateBucket {
-        name: "b".into(),
-        record: BucketRecord {
-            tenant: 1,
-            ..Default::default()
-        },
-    })
-    .await
-    .unwrap();
-    (dir, s)
+    versioned(None).await
 }
 
 async fn put(

@@ -6,13 +6,13 @@ use super::*;
 
 /// An object whose one extent has id `id` (so which bytes a version holds
 /// shows in `freed` and in the collector's walk).
-fn obj(id: u128, size: u64) -> ObjectRecord {
+pub(super) fn obj(id: u128, size: u64) -> ObjectRecord {
     let mut o = super::tests::obj(&format!("e{id}"), size);
     o.extents[0].id = id;
     o
 }
 
-async fn setup(state: Option<Versioning>) -> (tempfile::TempDir, MetaStore) {
+pub(super) async fn setup(state: Option<Versioning>) -> (tempfile::TempDir, MetaStore) {
     let dir = tempfile::tempdir().unwrap();
     let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
     s.apply(Mutation::CreateBucket {

@@ -55,6 +55,14 @@ pub fn parent(path: &str) -> &str {
     }
 }
 
+fn node(kind: Kind, path: String) -> Node {
+    match kind {
+        Kind::Top => Node::Top,
+        Kind::Dir => Node::Dir(path),
+        Kind::File => Node::File(path),
+    }
+}
+
 /// Paths by file id: filled as paths are seen, read when a handle holds only
 /// the beginning of its path.
 #[derive(Debug, Default)]
@@ -72,6 +80,15 @@ impl Resolver {
         known.insert((export, file_id(export, path)), (kind, path.to_string()));
     }
 
+    /// The path remembered for `h`'s file id, if it is of `h`'s kind.
+    fn known_as(&self, export: u64, h: &Handle) -> Option<Node> {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        match known.get(&(export, h.file_id())) {
+            Some((kind, path)) if *kind == h.kind() => Some(node(*kind, path.clone())),
+            _ => None,
+        }
+    }
+
     /// What `h` names, in `ex`.
     pub async fn resolve(
         &self,
@@ -79,25 +96,12 @@ impl Resolver {
         ex: &Export,
         h: &Handle,
     ) -> Result<Node, nfsstat3> {
-        let node = |kind, path: String| match kind {
-            Kind::Top => Node::Top,
-            Kind::Dir => Node::Dir(path),
-            Kind::File => Node::File(path),
-        };
         let prefix = match h.path() {
             Ok(whole) => return Ok(node(h.kind(), whole.to_string())),
             Err(prefix) => prefix.to_string(),
         };
-        let id = (ex.id, h.file_id());
-        if let Some((kind, path)) = self
-            .known
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-        {
-            if *kind == h.kind() {
-                return Ok(node(*kind, path.clone()));
-            }
+        if let Some(found) = self.known_as(ex.id, h) {
+            return Ok(found);
         }
         // List the keys that start with what the handle holds; note every
         // file and directory seen, so one listing serves every handle under it.
@@ -117,15 +121,8 @@ impl Resolver {
                 }
             }
             scanned += page.objects.len();
-            if let Some((kind, path)) = self
-                .known
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&id)
-            {
-                if *kind == h.kind() {
-                    return Ok(node(*kind, path.clone()));
-                }
+            if let Some(found) = self.known_as(ex.id, h) {
+                return Ok(found);
             }
             match page.next {
                 Some(n) if scanned < SCAN_MAX => after = Some(n),
