@@ -148,9 +148,15 @@ async fn files_and_objects_are_one_namespace() {
             "NFS -> S3, file {i}"
         );
     }
-    // A directory read in small replies (several cookies) sees every name once.
-    let mut names = m.names(&subs[3], 1024).await.unwrap();
+    // A directory read in small replies (several cookies) sees every name
+    // once, while another client reads the same directory at the same time.
+    let mut other = Mount::new(s.nfs, "/root/demo", LOCAL).await.unwrap();
+    let d3 = other.walk("tree/d3").await.unwrap();
+    let (names, also) = tokio::join!(m.names(&subs[3], 1024), other.names(&d3, 700));
+    let (mut names, mut also) = (names.unwrap(), also.unwrap());
+    also.sort();
     names.sort();
+    assert_eq!(names, also);
     let mut want: Vec<String> = (0..1000)
         .filter(|i| i % 10 == 3)
         .map(|i| format!("f{i}"))
@@ -237,6 +243,21 @@ async fn files_and_objects_are_one_namespace() {
         m.rmdir(&root, "moved").await,
         Err(nfsstat3::NFS3ERR_NOTEMPTY)
     );
+    assert_eq!(m.remove(&root, "moved").await, Err(nfsstat3::NFS3ERR_ISDIR));
+    let keep = m.create(&root, "keep.txt").await.unwrap();
+    m.write(&keep, 0, b"kept", stable_how::FILE_SYNC)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.rmdir(&root, "keep.txt").await,
+        Err(nfsstat3::NFS3ERR_NOTDIR)
+    );
+    assert_eq!(
+        m.read_all(&keep).await.unwrap(),
+        b"kept",
+        "an RMDIR of a file removes nothing"
+    );
+    m.rename(&root, "moved", &root, "moved").await.unwrap();
     let empty = m.mkdir(&root, "empty").await.unwrap();
     assert_eq!(m.names(&empty, 4096).await.unwrap(), Vec::<String>::new());
     m.rmdir(&root, "empty").await.unwrap();
@@ -262,6 +283,20 @@ async fn files_and_objects_are_one_namespace() {
         m.write(&big, 200 << 30, b"x", stable_how::FILE_SYNC).await,
         Err(nfsstat3::NFS3ERR_FBIG)
     );
+    let huge = sattr3 {
+        size: Nfs3Option::Some(1 << 63),
+        ..Default::default()
+    };
+    assert_eq!(m.setattr(&keep, huge).await, Err(nfsstat3::NFS3ERR_FBIG));
+    m.write(&keep, 128 << 30, b"", stable_how::FILE_SYNC)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.getattr(&keep).await.unwrap().size,
+        4,
+        "nothing grew the file"
+    );
+    assert_eq!(m.read_all(&keep).await.unwrap(), b"kept");
     assert!(matches!(
         m.getattr(&raw_handle(vec![7; 30])).await,
         Err(nfsstat3::NFS3ERR_BADHANDLE | nfsstat3::NFS3ERR_STALE)
@@ -448,6 +483,13 @@ async fn exports_are_sealed_by_tenant_and_network() {
     let f = small.create(&root, "big").await.unwrap();
     let r = small.write_all(&f, 0, &random_bytes(2 << 20, 31)).await;
     assert_eq!(r, Err(nfsstat3::NFS3ERR_DQUOT));
+    // The refused bytes are dropped, not stored once room is made.
+    api.bucket_quota("acme", "small", QuotaSpec::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    assert_eq!(small.getattr(&f).await.unwrap().size, 0);
+    small.commit(&f).await.unwrap();
     let kept = alice
         .get_object()
         .bucket("small")

@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use cairn_meta::{Extent, MetaError, ObjectRecord};
 use cairn_objects::{ObjectError, ObjectStore, Written};
 use futures::{StreamExt, TryStreamExt};
+use nfs3_server::nfs3_types::nfs3::nfsstat3;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,8 @@ pub const FLUSH_BYTES: u64 = 64 << 20;
 pub const TOTAL_BYTES: u64 = 512 << 20;
 /// A draft with writes and none for this long is flushed.
 pub const IDLE_FLUSH: Duration = Duration::from_secs(5);
+/// The largest extent a flush writes (an object's extents are at most 5 GiB).
+const PIECE_MAX: u64 = 4 << 30;
 /// The most a flush writes in one buffer.
 const PIECE_CHUNK: u64 = 4 << 20;
 /// Tries of a flush whose base another write replaced meanwhile.
@@ -49,6 +52,9 @@ pub struct Draft {
     cut: u64,
     pub modified_ms: i64,
     pub touched: Instant,
+    /// A flush failed and dropped writes the client was told were taken
+    /// (`UNSTABLE`): what the next COMMIT answers instead of OK.
+    pub failed: Option<nfsstat3>,
 }
 
 impl Draft {
@@ -63,6 +69,7 @@ impl Draft {
             sized: false,
             modified_ms: cairn_meta::now_ms(),
             touched: Instant::now(),
+            failed: None,
         }
     }
 
@@ -118,6 +125,27 @@ impl Draft {
         if !self.dirty() {
             return Ok(());
         }
+        let r = self.flush_rebasing(store, ex, key).await;
+        if let Err(e) = &r {
+            // Nothing of the draft is kept (a write refused for want of room
+            // must not land later when room is made), and its memory goes; the
+            // client hears of it at its next COMMIT.
+            self.failed = Some(crate::status(e));
+            self.writes.clear();
+            self.held = 0;
+            self.sized = false;
+            self.size = self.base.as_ref().map_or(0, |b| b.size);
+            self.cut = self.size;
+        }
+        r
+    }
+
+    async fn flush_rebasing(
+        &mut self,
+        store: &Arc<ObjectStore>,
+        ex: &Export,
+        key: &str,
+    ) -> Result<(), ObjectError> {
         let mut tries = 0;
         loop {
             match self.flush_once(store, ex, key).await {
@@ -220,7 +248,16 @@ impl Draft {
             // An empty file is one empty piece (as an empty PUT is).
             out.push(Piece::New(0, 0));
         }
-        out
+        // No piece larger than an extent may be.
+        out.into_iter()
+            .flat_map(|p| match p {
+                Piece::New(lo, hi) if hi - lo > PIECE_MAX => (lo..hi)
+                    .step_by(PIECE_MAX as usize)
+                    .map(|a| Piece::New(a, (a + PIECE_MAX).min(hi)))
+                    .collect(),
+                p => vec![p],
+            })
+            .collect()
     }
 
     /// The file's bytes `lo..hi` as they are with the writes: the base's bytes
@@ -237,11 +274,7 @@ impl Draft {
         let cut = self.cut;
         let writes = self.writes.clone();
         let store = store.clone();
-        let starts: Vec<u64> = (lo..hi).step_by(PIECE_CHUNK as usize).collect();
-        if starts.is_empty() {
-            return futures::stream::empty().boxed();
-        }
-        futures::stream::iter(starts)
+        futures::stream::iter((lo..hi).step_by(PIECE_CHUNK as usize))
             .then(move |c| {
                 let (base, writes, store) = (base.clone(), writes.clone(), store.clone());
                 async move {
@@ -328,7 +361,7 @@ impl Drafts {
     pub fn forget_idle(&self, idle: Duration) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, d| match d.try_lock() {
-            Ok(d) => d.dirty() || d.touched.elapsed() < idle,
+            Ok(d) => d.dirty() || d.failed.is_some() || d.touched.elapsed() < idle,
             Err(_) => true,
         });
     }
@@ -405,6 +438,16 @@ mod tests {
         assert_eq!(shape(&d.plan(false)), ["keep 1", "new 10..30"]);
         // A versioned bucket shares nothing with the version it keeps.
         assert_eq!(shape(&d.plan(true)), ["new 0..30"]);
+    }
+
+    #[test]
+    fn a_long_gap_is_written_in_pieces_an_extent_can_be() {
+        let mut d = Draft::new(None);
+        d.write(9 << 30, Bytes::from_static(b"end"));
+        let p = shape(&d.plan(false));
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert_eq!(p[0], format!("new 0..{}", 4u64 << 30));
+        assert_eq!(p[2], format!("new {}..{}", 8u64 << 30, (9u64 << 30) + 3));
     }
 
     #[test]

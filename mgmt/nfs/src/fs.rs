@@ -59,8 +59,14 @@ impl CairnFs {
         Ok(ex)
     }
 
+    /// What `h` names; a handle whose path cannot be of its kind (a file
+    /// ending in `/`, a directory not ending in one: a forged handle) is bad.
     async fn node(&self, ex: &Export, h: &Handle) -> Res<Node> {
-        self.shared.names.resolve(&self.shared.store, ex, h).await
+        match self.shared.names.resolve(&self.shared.store, ex, h).await? {
+            Node::File(k) if k.is_empty() || k.ends_with('/') => Err(nfsstat3::NFS3ERR_BADHANDLE),
+            Node::Dir(p) if !p.is_empty() && !p.ends_with('/') => Err(nfsstat3::NFS3ERR_BADHANDLE),
+            node => Ok(node),
+        }
     }
 
     async fn dir_path(&self, ex: &Export, h: &Handle) -> Res<String> {
@@ -160,7 +166,15 @@ impl CairnFs {
     async fn flush(&self, ex: &Export, key: &str) -> Res<()> {
         if let Some(d) = self.shared.drafts.get(ex.id, key) {
             let mut d = d.lock().await;
-            self.flush_draft(ex, key, &mut d).await?;
+            if let Err(e) = self.flush_draft(ex, key, &mut d).await {
+                d.failed = None; // reported now
+                return Err(e);
+            }
+            // Writes an earlier flush dropped are reported once, here (a
+            // COMMIT must not answer OK for bytes that were not kept).
+            if let Some(lost) = d.failed.take() {
+                return Err(lost);
+            }
         }
         Ok(())
     }
@@ -168,9 +182,8 @@ impl CairnFs {
     async fn flush_draft(&self, ex: &Export, key: &str, d: &mut Draft) -> Res<()> {
         let held = d.held();
         let r = d.flush(&self.shared.store, ex, key).await;
-        if r.is_ok() {
-            self.shared.drafts.sub(held);
-        }
+        // Flushed or, failing, dropped: either way no longer held.
+        self.shared.drafts.sub(held);
         r.map_err(|e| {
             tracing::warn!("NFS flush of {}/{key} failed: {e}", ex.path);
             status(&e)
@@ -226,6 +239,9 @@ impl CairnFs {
     }
 
     async fn set_size(&self, ex: &Export, key: &str, size: u64) -> Res<()> {
+        if size > crate::MAX_FILE_SIZE {
+            return Err(nfsstat3::NFS3ERR_FBIG);
+        }
         let base = self.object(ex, key).await?;
         let Some(base) = base else {
             return Err(nfsstat3::NFS3ERR_STALE);
@@ -235,14 +251,8 @@ impl CairnFs {
         if d.size == size && !d.dirty() {
             return Ok(());
         }
-        self.check_room(ex, size.saturating_sub(d.size))?;
         d.resize(size);
         self.flush_draft(ex, key, &mut d).await
-    }
-
-    /// Refuses a growth past the file size NFS advertises.
-    fn check_room(&self, _ex: &Export, _grow: u64) -> Res<()> {
-        Ok(())
     }
 
     /// Removes `key`, an object (a file, or a directory's marker).
@@ -414,14 +424,12 @@ impl NfsReadFileSystem for CairnFs {
             fs: self.clone(),
             ex,
             dir,
-            dir_id: dirid.file_id(),
             after: None,
-            index: 0,
             pending: VecDeque::new(),
             done: dirid.kind() == Kind::Top,
         };
         if cookie != 0 {
-            it.seek(cookie).await?;
+            it.seek(cookie)?;
         }
         Ok(it)
     }
@@ -486,6 +494,11 @@ impl NfsFileSystem for CairnFs {
             .ok_or(nfsstat3::NFS3ERR_FBIG)?;
         if end > crate::MAX_FILE_SIZE {
             return Err(nfsstat3::NFS3ERR_FBIG);
+        }
+        if data.is_empty() {
+            // Writes nothing and extends nothing.
+            let node = Node::File(key);
+            return Ok((self.attrs_of(&ex, &node).await?, stable_how::FILE_SYNC));
         }
         let base = match self.shared.drafts.get(ex.id, &key) {
             Some(_) => None,
@@ -593,11 +606,23 @@ impl NfsFileSystem for CairnFs {
         Ok((h, self.attrs_of(&ex, &node).await?))
     }
 
-    /// REMOVE and RMDIR both: a directory goes only when nothing is in it.
+    /// REMOVE: a file.
     async fn remove(&self, dirid: &Handle, filename: &filename3<'_>) -> Res<()> {
         let ex = self.writable(dirid)?;
         let dir = self.dir_path(&ex, dirid).await?;
         let name = checked(filename.0.as_ref())?;
+        match self.entry(&ex, &dir, name).await? {
+            Node::File(k) => self.delete(&ex, &k).await,
+            Node::Dir(_) => Err(nfsstat3::NFS3ERR_ISDIR),
+            Node::Top => Err(nfsstat3::NFS3ERR_ACCES),
+        }
+    }
+
+    /// RMDIR: a directory, only when nothing is in it.
+    async fn rmdir(&self, dirid: &Handle, dirname: &filename3<'_>) -> Res<()> {
+        let ex = self.writable(dirid)?;
+        let dir = self.dir_path(&ex, dirid).await?;
+        let name = checked(dirname.0.as_ref())?;
         match self.entry(&ex, &dir, name).await? {
             Node::Dir(p) => {
                 let page = self
@@ -611,7 +636,7 @@ impl NfsFileSystem for CairnFs {
                 }
                 self.delete(&ex, &p).await
             }
-            Node::File(k) => self.delete(&ex, &k).await,
+            Node::File(_) => Err(nfsstat3::NFS3ERR_NOTDIR),
             Node::Top => Err(nfsstat3::NFS3ERR_ACCES),
         }
     }
@@ -646,6 +671,9 @@ impl NfsFileSystem for CairnFs {
             }
             Node::Dir(from) => {
                 let to = format!("{to_dir}{to_name}/");
+                if to == from {
+                    return Ok(());
+                }
                 if to.starts_with(&from) {
                     return Err(nfsstat3::NFS3ERR_INVAL);
                 }
@@ -714,40 +742,29 @@ impl NfsFileSystem for CairnFs {
 }
 
 /// A directory read: pages of the listing, entries in key order, each with
-/// its handle and attributes. Cookies count entries from the start.
+/// its handle and attributes. An entry's cookie is its file id: a read goes on
+/// after the entry whose path that id names (any client's cookie means the
+/// same place, and a cookie from before a restart is `BAD_COOKIE` unless the
+/// path was seen again).
 struct DirIter {
     fs: CairnFs,
     ex: Option<Arc<Export>>,
     dir: String,
-    dir_id: u64,
     after: Option<After>,
-    index: u64,
     pending: VecDeque<DirEntryPlus<Handle>>,
     done: bool,
 }
 
 impl DirIter {
-    /// Moves past the first `cookie` entries: from where the read that gave
-    /// the cookie stopped, if it is remembered, else by reading them again.
-    async fn seek(&mut self, cookie: u64) -> Res<()> {
-        if let Some(ex) = &self.ex {
-            if let Some(after) = self.fs.shared.cursor(ex.id, self.dir_id, cookie) {
-                self.after = Some(after);
-                self.index = cookie;
-                return Ok(());
-            }
-        }
-        while self.index < cookie {
-            if self.pending.is_empty() {
-                if self.done {
-                    return Err(nfsstat3::NFS3ERR_BAD_COOKIE);
-                }
-                self.fill().await?;
-                continue;
-            }
-            self.pending.pop_front();
-            self.index += 1;
-        }
+    /// Goes on after the entry whose file id is `cookie`.
+    fn seek(&mut self, cookie: u64) -> Res<()> {
+        let ex = self.ex.as_ref().ok_or(nfsstat3::NFS3ERR_BAD_COOKIE)?;
+        let after = match self.fs.shared.names.path_of(ex.id, cookie) {
+            Some((Kind::Dir, p)) if p.starts_with(&self.dir) && p != self.dir => After::Prefix(p),
+            Some((Kind::File, k)) if k.starts_with(&self.dir) => After::Key(k),
+            _ => return Err(nfsstat3::NFS3ERR_BAD_COOKIE),
+        };
+        self.after = Some(after);
         Ok(())
     }
 
@@ -784,13 +801,11 @@ impl DirIter {
             .chain(page.prefixes.iter().map(|p| (p.clone(), None)))
             .collect();
         merged.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut index = self.index + self.pending.len() as u64;
         for (path, rec) in merged {
             let name = path[self.dir.len()..].trim_end_matches('/');
             if !shows(name) {
                 continue;
             }
-            index += 1;
             let (node, attr) = match rec {
                 Some(r) => {
                     let node = Node::File(path.clone());
@@ -808,18 +823,13 @@ impl DirIter {
                     (Node::Dir(path.clone()), a)
                 }
             };
+            // Made (and its path remembered) before the client can send its
+            // id back as a cookie.
             let handle = self.fs.handle(&ex, &node);
-            let resume = match &node {
-                Node::Dir(p) => After::Prefix(p.clone()),
-                _ => After::Key(path.clone()),
-            };
-            self.fs
-                .shared
-                .remember_cursor(ex.id, self.dir_id, index, resume);
             self.pending.push_back(DirEntryPlus {
                 fileid: attr.fileid,
                 name: filename3::from(name.as_bytes().to_vec()),
-                cookie: index,
+                cookie: attr.fileid,
                 name_attributes: Some(attr),
                 name_handle: Some(handle),
             });
@@ -836,7 +846,6 @@ impl ReadDirPlusIterator<Handle> for DirIter {
     async fn next(&mut self) -> NextResult<DirEntryPlus<Handle>> {
         loop {
             if let Some(e) = self.pending.pop_front() {
-                self.index = e.cookie;
                 return NextResult::Ok(e);
             }
             if self.done {

@@ -29,7 +29,7 @@ use crate::draft::{Drafts, IDLE_FLUSH};
 use crate::exports::Exports;
 use crate::fs::CairnFs;
 use crate::names::Resolver;
-use cairn_meta::{After, MetaError};
+use cairn_meta::MetaError;
 use cairn_objects::{ObjectError, ObjectStore};
 use nfs3_server::nfs3_types::nfs3::nfsstat3;
 use nfs3_server::tcp::{NFSTcp, NFSTcpListener};
@@ -46,8 +46,8 @@ pub const MAX_READ: u64 = 1 << 20;
 /// The generation in every handle: fixed, so handles outlive the process (the
 /// NFS layer would otherwise make one from its start time).
 const GENERATION: u64 = 0x6361_6972_6e00_0001;
-/// Directory read positions remembered, by (export, directory, cookie).
-const CURSORS_MAX: usize = 65_536;
+/// Directories whose change time this node remembers.
+const CHANGED_MAX: usize = 65_536;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NfsError {
@@ -65,7 +65,6 @@ pub(crate) struct Shared {
     /// in it), by (export, path): its modification time, so clients see the
     /// change.
     changed: Mutex<HashMap<(u64, String), i64>>,
-    cursors: Mutex<HashMap<(u64, u64, u64), After>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -77,7 +76,7 @@ impl std::fmt::Debug for Shared {
 impl Shared {
     pub(crate) fn touch(&self, export: u64, dir: &str) {
         let mut c = self.changed.lock().unwrap_or_else(|e| e.into_inner());
-        if c.len() >= CURSORS_MAX {
+        if c.len() >= CHANGED_MAX {
             c.clear();
         }
         c.insert((export, dir.to_string()), cairn_meta::now_ms());
@@ -86,19 +85,6 @@ impl Shared {
     pub(crate) fn changed_ms(&self, export: u64, dir: &str) -> i64 {
         let c = self.changed.lock().unwrap_or_else(|e| e.into_inner());
         c.get(&(export, dir.to_string())).copied().unwrap_or(0)
-    }
-
-    pub(crate) fn remember_cursor(&self, export: u64, dir: u64, cookie: u64, after: After) {
-        let mut c = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
-        if c.len() >= CURSORS_MAX {
-            c.clear();
-        }
-        c.insert((export, dir, cookie), after);
-    }
-
-    pub(crate) fn cursor(&self, export: u64, dir: u64, cookie: u64) -> Option<After> {
-        let c = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
-        c.get(&(export, dir, cookie)).cloned()
     }
 }
 
@@ -140,7 +126,6 @@ impl NfsServer {
             names: Resolver::default(),
             drafts: Drafts::default(),
             changed: Mutex::new(HashMap::new()),
-            cursors: Mutex::new(HashMap::new()),
         });
         let first = CairnFs {
             shared: shared.clone(),
@@ -186,9 +171,13 @@ async fn flush_idle(shared: Arc<Shared>) {
                 continue;
             };
             let held = d.held();
-            match d.flush(&shared.store, &ex, &key).await {
-                Ok(()) => shared.drafts.sub(held),
-                Err(e) => tracing::warn!("NFS idle flush of {}/{key} failed: {e}", ex.path),
+            let r = d.flush(&shared.store, &ex, &key).await;
+            shared.drafts.sub(held);
+            if let Err(e) = r {
+                tracing::warn!(
+                    "NFS idle flush of {}/{key} failed (its writes dropped): {e}",
+                    ex.path
+                );
             }
         }
         shared.drafts.forget_idle(IDLE_FLUSH * 6);

@@ -80,6 +80,12 @@ impl Resolver {
         known.insert((export, file_id(export, path)), (kind, path.to_string()));
     }
 
+    /// The kind and path remembered for file id `id`.
+    pub fn path_of(&self, export: u64, id: u64) -> Option<(Kind, String)> {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.get(&(export, id)).cloned()
+    }
+
     /// The path remembered for `h`'s file id, if it is of `h`'s kind.
     fn known_as(&self, export: u64, h: &Handle) -> Option<Node> {
         let known = self.known.lock().unwrap_or_else(|e| e.into_inner());

@@ -55,7 +55,10 @@ where
         NFSPROC3_WRITE => handle(context, message, nfsproc3_write).await,
         NFSPROC3_CREATE => handle(context, message, nfsproc3_create).await,
         NFSPROC3_SETATTR => handle(context, message, nfsproc3_setattr).await,
-        NFSPROC3_REMOVE | NFSPROC3_RMDIR => handle(context, message, nfsproc3_remove).await,
+        // Cairn: RMDIR is not REMOVE (upstream served both with `remove`, so
+        // an RMDIR of a file removed it).
+        NFSPROC3_REMOVE => handle(context, message, nfsproc3_remove).await,
+        NFSPROC3_RMDIR => handle(context, message, nfsproc3_rmdir).await,
         NFSPROC3_RENAME => handle(context, message, nfsproc3_rename).await,
         NFSPROC3_MKDIR => handle(context, message, nfsproc3_mkdir).await,
         NFSPROC3_SYMLINK => handle(context, message, nfsproc3_symlink).await,
@@ -758,6 +761,26 @@ async fn nfsproc3_remove<T>(context: RPCContext<T>, xid: u32, args: REMOVE3args<
 where
     T: NfsFileSystem,
 {
+    remove_entry(context, xid, args, false).await
+}
+
+/// Cairn: RMDIR's arguments and results have REMOVE's shape.
+async fn nfsproc3_rmdir<T>(context: RPCContext<T>, xid: u32, args: REMOVE3args<'_>) -> REMOVE3res
+where
+    T: NfsFileSystem,
+{
+    remove_entry(context, xid, args, true).await
+}
+
+async fn remove_entry<T>(
+    context: RPCContext<T>,
+    xid: u32,
+    args: REMOVE3args<'_>,
+    directory: bool,
+) -> REMOVE3res
+where
+    T: NfsFileSystem,
+{
     if !matches!(context.vfs.capabilities(), VFSCapabilities::ReadWrite) {
         warn!("No write capabilities.");
         return REMOVE3res::Err((nfsstat3::NFS3ERR_ROFS, REMOVE3resfail::default()));
@@ -772,7 +795,12 @@ where
         }
     };
 
-    match context.vfs.remove(&dirid, &args.object.name).await {
+    let removed = if directory {
+        context.vfs.rmdir(&dirid, &args.object.name).await
+    } else {
+        context.vfs.remove(&dirid, &args.object.name).await
+    };
+    match removed {
         Ok(()) => {
             let after = nfs_option_from_result(context.vfs.getattr(&dirid).await);
             debug!("remove success {xid}");

@@ -277,6 +277,16 @@ pub trait NfsFileSystem: NfsReadFileSystem {
         filename: &filename3<'_>,
     ) -> impl Future<Output = Result<(), nfsstat3>> + Send;
 
+    /// Cairn: removes a directory (RMDIR), which must be empty; by default
+    /// as [`remove`](Self::remove).
+    fn rmdir(
+        &self,
+        dirid: &Self::Handle,
+        dirname: &filename3<'_>,
+    ) -> impl Future<Output = Result<(), nfsstat3>> + Send {
+        self.remove(dirid, dirname)
+    }
+
     /// Removes a file.
     /// If not supported due to readonly file system
     /// this should return `Err(nfsstat3::NFS3ERR_ROFS)`
