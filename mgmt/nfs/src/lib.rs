@@ -15,14 +15,19 @@
 //!   The write verifier is the process's, so a client resends what a crash
 //!   lost before its COMMIT.
 //!
+//! - **Calls** ([`fs`]: lookups, attributes, reads; `listing`: directory
+//!   reads; `changes`: writes, creations, removals, renames).
+//!
 //! The protocol is `nfs3_server`'s (vendored with patches: see
 //! `mgmt/vendor/nfs3_server/PATCHES.md`); MOUNT and NFS share one port.
 
 pub mod attrs;
+mod changes;
 pub mod draft;
 pub mod exports;
 pub mod fs;
 pub mod handle;
+mod listing;
 pub mod names;
 
 use crate::draft::{Drafts, IDLE_FLUSH};
