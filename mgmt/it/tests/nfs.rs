@@ -233,6 +233,53 @@ async fn files_and_objects_are_one_namespace() {
         .unwrap();
     assert_eq!(m.read_all(&f).await.unwrap(), fresh);
 
+    // A file renamed while it has uncommitted writes: they move with it, a
+    // write through the old handle is STALE, and the old name stays gone.
+    let w = m.create(&root, "wip").await.unwrap();
+    m.write(&w, 0, b"before the rename", stable_how::UNSTABLE)
+        .await
+        .unwrap();
+    m.rename(&root, "wip", &root, "done").await.unwrap();
+    assert_eq!(
+        m.write(&w, 17, b"!", stable_how::UNSTABLE)
+            .await
+            .map(|_| ()),
+        Err(nfsstat3::NFS3ERR_STALE)
+    );
+    let done = m.lookup(&root, "done").await.unwrap();
+    assert_eq!(m.read_all(&done).await.unwrap(), b"before the rename");
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(m.lookup(&root, "wip").await, Err(nfsstat3::NFS3ERR_NOENT));
+    assert!(keys(node, "demo", "wip").await.is_empty());
+
+    // A file and a directory of one name across a listing's page boundary
+    // (S3 allows both `x` and `x/y`): the name shows once, as the directory.
+    for i in 0..255 {
+        let k = format!("pages/k{i:03}");
+        node.client()
+            .put_object()
+            .bucket("demo")
+            .key(k)
+            .body(Vec::new().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    for k in ["pages/x", "pages/x/y"] {
+        node.client()
+            .put_object()
+            .bucket("demo")
+            .key(k)
+            .body(b"v".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let pages = m.walk("pages").await.unwrap();
+    let listed = m.names(&pages, 65536).await.unwrap();
+    assert_eq!(listed.len(), 256, "255 files and x once");
+    assert_eq!(listed.iter().filter(|n| *n == "x").count(), 1);
+
     // Removal; a directory with something in it stays.
     m.remove(&root, "edit.bin").await.unwrap();
     assert_eq!(
@@ -481,6 +528,27 @@ async fn exports_are_sealed_by_tenant_and_network() {
     let mut small = Mount::new(s.nfs, "/acme/small", LOCAL).await.unwrap();
     let root = small.root.clone();
     let f = small.create(&root, "big").await.unwrap();
+    // Another client's read makes the flush fail, and must not take the
+    // failure away from the writer's COMMIT.
+    for i in 0..2u64 {
+        small
+            .write(
+                &f,
+                i << 20,
+                &random_bytes(1 << 20, 31 + i),
+                stable_how::UNSTABLE,
+            )
+            .await
+            .unwrap();
+    }
+    let mut reader = Mount::new(s.nfs, "/acme/small", LOCAL).await.unwrap();
+    let seen = reader.walk("big").await.unwrap();
+    assert_eq!(
+        reader.read_all(&seen).await.unwrap(),
+        b"",
+        "the reader sees what is stored"
+    );
+    assert_eq!(small.commit(&f).await, Err(nfsstat3::NFS3ERR_DQUOT));
     let r = small.write_all(&f, 0, &random_bytes(2 << 20, 31)).await;
     assert_eq!(r, Err(nfsstat3::NFS3ERR_DQUOT));
     // The refused bytes are dropped, not stored once room is made.

@@ -21,7 +21,7 @@ impl NfsFileSystem for CairnFs {
                 if let Nfs3Option::Some(size) = set.size {
                     self.set_size(&ex, k, size).await?;
                 }
-                self.flush(&ex, k).await?;
+                self.flush(&ex, k, false).await?;
                 k.clone()
             }
             Node::Dir(p) if !p.is_empty() => {
@@ -73,16 +73,19 @@ impl NfsFileSystem for CairnFs {
             let node = Node::File(key);
             return Ok((self.attrs_of(&ex, &node).await?, stable_how::FILE_SYNC));
         }
-        let base = match self.shared.drafts.get(ex.id, &key) {
-            Some(_) => None,
-            None => Some(
-                self.object(&ex, &key)
-                    .await?
-                    .ok_or(nfsstat3::NFS3ERR_STALE)?,
-            ),
+        let d = match self.shared.drafts.get(ex.id, &key) {
+            Some(d) => d,
+            None => {
+                let base = self.object(&ex, &key).await?;
+                let base = base.ok_or(nfsstat3::NFS3ERR_STALE)?;
+                self.shared.drafts.get_or(ex.id, &key, || Some(base))
+            }
         };
-        let d = self.shared.drafts.get_or(ex.id, &key, || base);
         let mut d = d.lock().await;
+        if d.gone {
+            // Removed or renamed away while this write waited.
+            return Err(nfsstat3::NFS3ERR_STALE);
+        }
         d.write(offset, Bytes::copy_from_slice(data));
         self.shared.drafts.add(data.len() as u64);
         let full = d.held() >= FLUSH_BYTES
@@ -96,6 +99,7 @@ impl NfsFileSystem for CairnFs {
             self.flush_draft(&ex, &key, &mut d).await?;
             stable_how::FILE_SYNC
         } else {
+            d.unstable = true;
             stable_how::UNSTABLE
         };
         let attr = attrs::file(&ex, &key, d.base.as_ref(), d.size, d.modified_ms);
@@ -130,7 +134,8 @@ impl NfsFileSystem for CairnFs {
                 Ok(_) | Err(nfsstat3::NFS3ERR_EXIST) => {}
                 Err(e) => return Err(e),
             }
-        } else if let Nfs3Option::Some(size) = attr.size {
+        }
+        if let Nfs3Option::Some(size) = attr.size {
             self.set_size(&ex, &key, size).await?;
         }
         let node = Node::File(key);
@@ -310,6 +315,6 @@ impl NfsFileSystem for CairnFs {
     async fn commit(&self, id: &Handle, _offset: u64, _count: u32) -> Res<()> {
         let ex = self.writable(id)?;
         let key = self.file_key(&ex, id).await?;
-        self.flush(&ex, &key).await
+        self.flush(&ex, &key, true).await
     }
 }

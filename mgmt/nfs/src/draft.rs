@@ -55,6 +55,13 @@ pub struct Draft {
     /// A flush failed and dropped writes the client was told were taken
     /// (`UNSTABLE`): what the next COMMIT answers instead of OK.
     pub failed: Option<nfsstat3>,
+    /// Writes answered `UNSTABLE` are in the draft (a failed flush must then
+    /// be reported at the next COMMIT; one whose writes were all answered
+    /// with the failure need not be).
+    pub unstable: bool,
+    /// The file was removed or renamed away: the draft takes no more writes
+    /// (they answer `STALE`).
+    pub gone: bool,
 }
 
 impl Draft {
@@ -70,6 +77,8 @@ impl Draft {
             modified_ms: cairn_meta::now_ms(),
             touched: Instant::now(),
             failed: None,
+            unstable: false,
+            gone: false,
         }
     }
 
@@ -130,13 +139,16 @@ impl Draft {
             // Nothing of the draft is kept (a write refused for want of room
             // must not land later when room is made), and its memory goes; the
             // client hears of it at its next COMMIT.
-            self.failed = Some(crate::status(e));
+            if self.unstable {
+                self.failed = Some(lost(e));
+            }
             self.writes.clear();
             self.held = 0;
             self.sized = false;
             self.size = self.base.as_ref().map_or(0, |b| b.size);
             self.cut = self.size;
         }
+        self.unstable = false;
         r
     }
 
@@ -154,11 +166,9 @@ impl Draft {
                 {
                     tries += 1;
                     let now = store.head_object(ex.tenant, &ex.bucket, key).await;
-                    self.base = match now {
-                        Ok(rec) => Some(rec),
-                        Err(ObjectError::Meta(MetaError::NoSuchKey(_))) => None,
-                        Err(e) => return Err(e),
-                    };
+                    // A key deleted meanwhile stays deleted: the writes are not
+                    // made into a new file of that name.
+                    self.base = Some(now?);
                     let now = self.base.as_ref().map_or(0, |b| b.size);
                     if self.sized {
                         self.cut = self.cut.min(now);
@@ -316,6 +326,15 @@ enum Piece {
 /// A draft, shared by the requests on its file.
 pub type Shared = Arc<tokio::sync::Mutex<Draft>>;
 
+/// What a failed flush answers: `STALE` for a file removed meanwhile (over
+/// S3, or by another client), else the error's status.
+pub fn lost(e: &ObjectError) -> nfsstat3 {
+    match e {
+        ObjectError::Meta(MetaError::NoSuchKey(_)) => nfsstat3::NFS3ERR_STALE,
+        e => crate::status(e),
+    }
+}
+
 /// Every file's draft, by export and key.
 #[derive(Debug, Default)]
 pub struct Drafts {
@@ -344,8 +363,30 @@ impl Drafts {
             .clone()
     }
 
-    /// Forgets `key`'s draft (its file was removed or renamed away).
-    pub fn drop_draft(&self, export: u64, key: &str) {
+    /// Retires `key`'s draft (its file was removed or renamed away): writes
+    /// waiting for it find it gone, and its bytes leave the total.
+    pub async fn retire(&self, export: u64, key: &str) {
+        let d = {
+            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.remove(&(export, key.to_string()))
+        };
+        if let Some(d) = d {
+            let mut d = d.lock().await;
+            Self::retire_locked(self, &mut d);
+        }
+    }
+
+    /// [`Drafts::retire`] of a draft the caller holds, already out of the map
+    /// or taken out here.
+    pub fn retire_locked(&self, d: &mut Draft) {
+        d.gone = true;
+        self.sub(d.held);
+        d.writes.clear();
+        d.held = 0;
+    }
+
+    /// Takes `key`'s draft out of the map (the caller retires it).
+    pub fn take(&self, export: u64, key: &str) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(&(export, key.to_string()));
     }

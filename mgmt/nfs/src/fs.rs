@@ -153,12 +153,18 @@ impl CairnFs {
         }
     }
 
-    /// Flushes `key`'s draft, if it has writes: what a read, a rename or a
-    /// COMMIT must see.
-    pub(crate) async fn flush(&self, ex: &Export, key: &str) -> Res<()> {
+    /// Flushes `key`'s draft, if it has writes: what a read or a COMMIT
+    /// must see. Only a COMMIT (`commit`) hears of a failure: the writes are
+    /// its client's, so a failed flush on another call (a read) leaves the
+    /// failure for that COMMIT and the call goes on with the object as it is.
+    pub(crate) async fn flush(&self, ex: &Export, key: &str, commit: bool) -> Res<()> {
         if let Some(d) = self.shared.drafts.get(ex.id, key) {
             let mut d = d.lock().await;
-            if let Err(e) = self.flush_draft(ex, key, &mut d).await {
+            let flushed = self.flush_draft(ex, key, &mut d).await;
+            if !commit {
+                return Ok(());
+            }
+            if let Err(e) = flushed {
                 d.failed = None; // reported now
                 return Err(e);
             }
@@ -178,7 +184,7 @@ impl CairnFs {
         self.shared.drafts.sub(held);
         r.map_err(|e| {
             tracing::warn!("NFS flush of {}/{key} failed: {e}", ex.path);
-            status(&e)
+            crate::draft::lost(&e)
         })
     }
 
@@ -249,7 +255,7 @@ impl CairnFs {
 
     /// Removes `key`, an object (a file, or a directory's marker).
     pub(crate) async fn delete(&self, ex: &Export, key: &str) -> Res<()> {
-        self.shared.drafts.drop_draft(ex.id, key);
+        self.shared.drafts.retire(ex.id, key).await;
         self.shared
             .store
             .delete_object(ex.tenant, &ex.bucket, key, Precondition::default())
@@ -261,10 +267,32 @@ impl CairnFs {
 
     /// Moves object `from` to `to`: in one step, or in a versioned bucket as a
     /// copy and a delete.
+    ///
+    /// `from`'s draft is flushed and held until the move is done: a write
+    /// to it meanwhile waits, then finds it gone (`STALE`), so no write is
+    /// answered OK and left behind.
     pub(crate) async fn move_object(&self, ex: &Export, from: &str, to: &str) -> Res<()> {
-        self.flush(ex, from).await?;
-        self.shared.drafts.drop_draft(ex.id, from);
-        self.shared.drafts.drop_draft(ex.id, to);
+        let draft = self.shared.drafts.get(ex.id, from);
+        let mut held = match &draft {
+            Some(d) => Some(d.lock().await),
+            None => None,
+        };
+        if let Some(d) = held.as_deref_mut() {
+            if d.gone {
+                return Err(nfsstat3::NFS3ERR_NOENT);
+            }
+            self.flush_draft(ex, from, d).await?;
+        }
+        self.shared.drafts.retire(ex.id, to).await;
+        self.move_flushed(ex, from, to).await?;
+        if let Some(d) = held.as_deref_mut() {
+            self.shared.drafts.take(ex.id, from);
+            self.shared.drafts.retire_locked(d);
+        }
+        Ok(())
+    }
+
+    async fn move_flushed(&self, ex: &Export, from: &str, to: &str) -> Res<()> {
         let store = &self.shared.store;
         let rec = self
             .object(ex, from)
@@ -374,7 +402,7 @@ impl NfsReadFileSystem for CairnFs {
     async fn read(&self, id: &Handle, offset: u64, count: u32) -> Res<(Vec<u8>, bool)> {
         let ex = self.export(id)?;
         let key = self.file_key(&ex, id).await?;
-        self.flush(&ex, &key).await?;
+        self.flush(&ex, &key, false).await?;
         let rec = self
             .object(&ex, &key)
             .await?

@@ -4,7 +4,7 @@ use crate::attrs;
 use crate::exports::Export;
 use crate::fs::{CairnFs, Res};
 use crate::handle::{Handle, Kind};
-use crate::names::{shows, Node};
+use crate::names::{parent, shows, Node};
 use crate::status;
 use cairn_meta::{After, ObjectRecord};
 use nfs3_server::nfs3_types::nfs3::{filename3, nfsstat3};
@@ -45,9 +45,10 @@ impl DirIter {
     /// Goes on after the entry whose file id is `cookie`.
     pub(crate) fn seek(&mut self, cookie: u64) -> Res<()> {
         let ex = self.ex.as_ref().ok_or(nfsstat3::NFS3ERR_BAD_COOKIE)?;
+        // Only an entry of this very directory is a place in its listing.
         let after = match self.fs.shared.names.path_of(ex.id, cookie) {
-            Some((Kind::Dir, p)) if p.starts_with(&self.dir) && p != self.dir => After::Prefix(p),
-            Some((Kind::File, k)) if k.starts_with(&self.dir) => After::Key(k),
+            Some((Kind::Dir, p)) if p != self.dir && parent(&p) == self.dir => After::Prefix(p),
+            Some((Kind::File, k)) if parent(&k) == self.dir => After::Key(k),
             _ => return Err(nfsstat3::NFS3ERR_BAD_COOKIE),
         };
         self.after = Some(after);
@@ -72,11 +73,27 @@ impl DirIter {
             )
             .await
             .map_err(|e| status(&e))?;
-        let dirs: HashSet<&str> = page
+        let mut dirs: HashSet<&str> = page
             .prefixes
             .iter()
             .map(|p| p.trim_end_matches('/'))
             .collect();
+        // A file `x` near a page's end may have its directory `x/` on the next
+        // page (keys such as `x!` sort between them): asked about directly, so
+        // the name shows once, as the directory.
+        if page.next.is_some() {
+            let last = page.objects.last().map(|(k, _)| k.as_str());
+            let last = last
+                .max(page.prefixes.last().map(String::as_str))
+                .unwrap_or("");
+            for (k, _) in &page.objects {
+                if format!("{k}/").as_str() > last
+                    && self.fs.dir_exists(&ex, &format!("{k}/")).await?
+                {
+                    dirs.insert(k.as_str());
+                }
+            }
+        }
         // Files and directories merged in key order; a name that is both is
         // the directory.
         let mut merged: Vec<(String, Option<&ObjectRecord>)> = page
