@@ -517,6 +517,20 @@ async fn exports_are_sealed_by_tenant_and_network() {
         .expect_err("no export");
     println!("a client no export allows: {e}");
 
+    // The root key's buckets take quotas through the admin API too.
+    let q = QuotaSpec {
+        max_bytes: Some(1 << 30),
+        ..Default::default()
+    };
+    let b = api.bucket_quota("root", "open", q).await.unwrap();
+    assert_eq!(b.quota.max_bytes, Some(1 << 30));
+    assert!(api
+        .tenant_buckets("root")
+        .await
+        .unwrap()
+        .iter()
+        .any(|b| b.name == "open"));
+
     // A bucket's quota holds over NFS as over S3.
     alice.create_bucket().bucket("small").send().await.unwrap();
     let q = QuotaSpec {

@@ -518,7 +518,7 @@ pub(crate) async fn buckets(
 ) -> Result<Json<Vec<BucketView>>, Failure> {
     let store = current(&app).await?;
     let meta = store.meta();
-    let (tenant, _) = find_tenant(meta, &named)?;
+    let (tenant, _) = find_tenant_or_root(meta, &named)?;
     let mut out = Vec::new();
     for (id, b) in meta.buckets()? {
         if b.tenant == tenant {
@@ -536,7 +536,9 @@ pub(crate) async fn set_bucket_quota(
 ) -> Result<Json<BucketView>, Failure> {
     let Json(q) = body?;
     let store = current(&app).await?;
-    let (tenant, _) = find_tenant(store.meta(), &named)?;
+    // The root key's buckets (`root`) take quotas too: an NFS client could
+    // otherwise grow a sparse file in one without bound.
+    let (tenant, _) = find_tenant_or_root(store.meta(), &named)?;
     store.set_bucket_quota(tenant, &bucket, quota(q)).await?;
     let id = cairn_meta::bucket_id(tenant, &bucket);
     let b = store
