@@ -469,6 +469,24 @@ pub struct PartRecord {
 }
 
 impl ObjectRecord {
+    /// An object of no bytes and no attributes: the base of a file made from
+    /// nothing.
+    pub fn empty() -> ObjectRecord {
+        ObjectRecord {
+            size: 0,
+            etag: String::new(),
+            modified_ms: 0,
+            content_type: None,
+            user_meta: Default::default(),
+            headers: Default::default(),
+            checksum: None,
+            extents: Vec::new(),
+            part_checksums: Vec::new(),
+            tags: Default::default(),
+            version: Default::default(),
+        }
+    }
+
     /// Every extent id this object references.
     pub fn extent_ids(&self) -> impl Iterator<Item = u128> + '_ {
         self.extents.iter().map(|e| e.id)

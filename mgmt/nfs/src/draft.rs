@@ -429,14 +429,7 @@ mod tests {
             size: sizes.iter().sum(),
             etag: "e".into(),
             modified_ms: 1,
-            content_type: None,
-            user_meta: Default::default(),
-            headers: Default::default(),
-            checksum: None,
-            extents: Vec::new(),
-            part_checksums: Vec::new(),
-            tags: Default::default(),
-            version: Default::default(),
+            ..ObjectRecord::empty()
         };
         for (i, s) in sizes.iter().enumerate() {
             rec.extents.push(Extent {

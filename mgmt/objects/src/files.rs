@@ -71,7 +71,7 @@ impl ObjectStore {
             checksum: None,
             part_checksums: Vec::new(),
             version: Default::default(),
-            ..base.cloned().unwrap_or_else(empty)
+            ..base.cloned().unwrap_or_else(ObjectRecord::empty)
         };
         let written_in = new.iter().map(|w| w.written_in).min();
         let fresh = new.iter().map(|w| w.extent.clone()).collect();
@@ -118,23 +118,6 @@ impl ObjectStore {
         .object
         .map(|o| *o)
         .ok_or_else(|| MetaError::Db("rename returned no object".into()).into())
-    }
-}
-
-/// An empty object with no attributes, the base of a file made from nothing.
-fn empty() -> ObjectRecord {
-    ObjectRecord {
-        size: 0,
-        etag: String::new(),
-        modified_ms: 0,
-        content_type: None,
-        user_meta: Default::default(),
-        headers: Default::default(),
-        checksum: None,
-        extents: Vec::new(),
-        part_checksums: Vec::new(),
-        tags: Default::default(),
-        version: Default::default(),
     }
 }
 
