@@ -7,7 +7,10 @@ use nfs3_client::nfs3_types::nfs3::{
     COMMIT3args, CREATE3args, GETATTR3args, LOOKUP3args, MKDIR3args, Nfs3Option, Nfs3Result,
     READ3args, READDIRPLUS3args, REMOVE3args, RENAME3args, RMDIR3args, SETATTR3args, WRITE3args,
 };
-use nfs3_client::nfs3_types::xdr_codec::Opaque;
+use nfs3_client::nfs3_types::rpc::{
+    call_body, fragment_header, msg_body, opaque_auth, rpc_msg, RPC_VERSION_2,
+};
+use nfs3_client::nfs3_types::xdr_codec::{Opaque, Pack};
 use nfs3_client::tokio::TokioIo;
 use nfs3_client::{Nfs3Connection, Nfs3ConnectionBuilder};
 use std::net::{IpAddr, SocketAddr};
@@ -57,7 +60,8 @@ fn name(n: &str) -> filename3<'static> {
     filename3(Opaque::owned(n.as_bytes().to_vec()))
 }
 
-fn at(dir: &nfs_fh3, n: &str) -> diropargs3<'static> {
+/// `n` in the directory `dir`, as calls name it.
+pub fn at(dir: &nfs_fh3, n: &str) -> diropargs3<'static> {
     diropargs3 {
         dir: dir.clone(),
         name: name(n),
@@ -263,4 +267,53 @@ pub fn raw_handle(bytes: Vec<u8>) -> nfs_fh3 {
     nfs_fh3 {
         data: Opaque::owned(bytes),
     }
+}
+
+/// Sends one NFS call with a chosen xid as raw RPC on `stream` and reads the
+/// reply record (a client resending a call whose reply it lost keeps its xid).
+pub async fn call_with_xid<A: Pack>(
+    stream: &mut TcpStream,
+    xid: u32,
+    procedure: u32,
+    args: &A,
+) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let msg = rpc_msg {
+        xid,
+        body: msg_body::CALL(call_body {
+            rpcvers: RPC_VERSION_2,
+            prog: nfs3_client::nfs3_types::nfs3::PROGRAM,
+            vers: nfs3_client::nfs3_types::nfs3::VERSION,
+            proc: procedure,
+            cred: opaque_auth::default(),
+            verf: opaque_auth::default(),
+        }),
+    };
+    let mut body = Vec::new();
+    msg.pack(&mut body).expect("packs into memory");
+    args.pack(&mut body).expect("packs into memory");
+    let mut record = Vec::new();
+    fragment_header::new(body.len() as u32, true)
+        .pack(&mut record)
+        .expect("packs into memory");
+    record.extend_from_slice(&body);
+    stream.write_all(&record).await?;
+    let read = async {
+        let mut head = [0u8; 4];
+        stream.read_exact(&mut head).await?;
+        let len = u32::from_be_bytes(head) & 0x7fff_ffff;
+        let mut reply = vec![0u8; len as usize];
+        stream.read_exact(&mut reply).await?;
+        Ok(reply)
+    };
+    // A server that drops the call never answers it.
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in 10 s"))?
+}
+
+/// The NFS status of an accepted, successful RPC reply (the word after its
+/// 24-byte header with an empty verifier).
+pub fn reply_status(reply: &[u8]) -> u32 {
+    u32::from_be_bytes(reply[24..28].try_into().expect("a reply with a status"))
 }

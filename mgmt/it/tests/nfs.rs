@@ -6,9 +6,11 @@
 //! exports sealed by tenant and client network; quotas as through S3.
 
 use cairn_adminapi::{AdminClient, ExportSpec, QuotaSpec};
-use cairn_it::nfs::{raw_handle, Mount};
+use cairn_it::nfs::{at, call_with_xid, raw_handle, reply_status, Mount};
 use cairn_it::{free_addr, md5_hex, random_bytes, Node, NodeOptions};
-use nfs3_client::nfs3_types::nfs3::{nfsstat3, sattr3, stable_how, Nfs3Option};
+use nfs3_client::nfs3_types::nfs3::{
+    nfsstat3, sattr3, stable_how, Nfs3Option, REMOVE3args, RENAME3args,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -584,4 +586,67 @@ async fn exports_are_sealed_by_tenant_and_network() {
         Some(0),
         "nothing past the quota was kept"
     );
+}
+
+/// A call resent with its xid after its reply was lost (the connection reset,
+/// the client back from the same port) hears the first answer and is not done
+/// twice: REMOVE says OK again, not NOENT, and RENAME does not fail for its
+/// source being gone. A new xid, or the xid with another call, is done anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resent_call_hears_its_first_answer() {
+    const REMOVE: u32 = 12;
+    const RENAME: u32 = 14;
+    let s = setup("resend").await;
+    let mut m = Mount::new(s.nfs, "/root/resend", LOCAL).await.unwrap();
+    let root = m.root.clone();
+    for n in ["a", "b", "d"] {
+        let h = m.create(&root, n).await.unwrap();
+        m.write_all(&h, 0, n.as_bytes()).await.unwrap();
+        m.commit(&h).await.unwrap();
+    }
+    let remove = REMOVE3args {
+        object: at(&root, "a"),
+    };
+    let rename = RENAME3args {
+        from: at(&root, "b"),
+        to: at(&root, "c"),
+    };
+    let connect = |port: u16| async move {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.set_reuseaddr(true).unwrap();
+        sock.bind(SocketAddr::new(LOCAL, port)).unwrap();
+        sock.connect(s.nfs).await.unwrap()
+    };
+    let mut c = connect(0).await;
+    let port = c.local_addr().unwrap().port();
+    let removed = call_with_xid(&mut c, 7001, REMOVE, &remove).await.unwrap();
+    let renamed = call_with_xid(&mut c, 7002, RENAME, &rename).await.unwrap();
+    assert_eq!(reply_status(&removed), 0, "REMOVE a");
+    assert_eq!(reply_status(&renamed), 0, "RENAME b c");
+    // Reset (no TIME_WAIT holds the port), as a connection dropped under a client.
+    c.set_zero_linger().unwrap();
+    drop(c);
+
+    let mut c = connect(port).await;
+    let again = call_with_xid(&mut c, 7001, REMOVE, &remove).await.unwrap();
+    assert_eq!(again, removed, "the resent REMOVE hears its first answer");
+    let again = call_with_xid(&mut c, 7002, RENAME, &rename).await.unwrap();
+    assert_eq!(again, renamed, "the resent RENAME hears its first answer");
+    let anew = call_with_xid(&mut c, 7003, REMOVE, &remove).await.unwrap();
+    assert_eq!(
+        reply_status(&anew),
+        nfsstat3::NFS3ERR_NOENT as u32,
+        "a new call"
+    );
+    let other = REMOVE3args {
+        object: at(&root, "d"),
+    };
+    let r = call_with_xid(&mut c, 7001, REMOVE, &other).await.unwrap();
+    assert_eq!(
+        reply_status(&r),
+        0,
+        "the xid with another call is that call's"
+    );
+    assert_eq!(keys(&s.node, "resend", "").await, vec!["c".to_string()]);
+    assert_eq!(get(&s.node, "resend", "c").await, b"b");
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tracing::{error, info, trace, warn};
 
 use crate::context::RPCContext;
-use crate::transaction_tracker::{self, TransactionError, TransactionLock};
+use crate::transaction_tracker::{self, CallKey, TransactionError, TransactionLock};
 use crate::units::KIBIBYTE;
 use crate::vfs::NfsFileSystem;
 use crate::{mount_handlers, nfs_handlers, portmap_handlers};
@@ -58,23 +58,30 @@ where
         return message.into_auth_error(auth_stat::AUTH_TOOWEAK);
     }
 
-    let transaction = lock_transaction(
+    let key = CallKey {
+        prog,
+        vers: call.vers,
+        proc_: call.proc,
+        digest: message.digest(),
+    };
+    let mut transaction = match lock_transaction(
         &context.transaction_tracker,
         &context.client_addr,
         xid,
+        key,
         call,
-    );
-    if let Err(msg) = transaction {
-        match msg {
-            Some(err) => return message.into_error_reply(err),
-            None => {
-                // This is a retransmission, so we don't need to do anything
-                return Ok(HandleResult::NoReply);
-            }
+    ) {
+        Ok(lock) => lock,
+        Err(Retransmission::Answer(reply)) => {
+            return Ok(HandleResult::Reply(CompleteRpcMessage::from_kept(reply)));
         }
-    }
+        // Still being handled (its reply will go out), or answered with a
+        // reply not kept: nothing is done twice.
+        Err(Retransmission::Drop) => return Ok(HandleResult::NoReply),
+        Err(Retransmission::Refuse(err)) => return message.into_error_reply(err),
+    };
 
-    match prog {
+    let result = match prog {
         portmap::PROGRAM => portmap_handlers::handle_portmap(context, message).await,
         nfs3_types::mount::PROGRAM => mount_handlers::handle_mount(context, message).await,
         nfs::PROGRAM => nfs_handlers::handle_nfs(context, message).await,
@@ -86,7 +93,37 @@ where
             warn!("Unknown RPC Program number {prog} != {}", nfs::PROGRAM);
             message.into_error_reply(accept_stat_data::PROG_UNAVAIL)
         }
+    };
+    if let Ok(HandleResult::Reply(reply)) = &result
+        && changes_state(key)
+    {
+        transaction.keep_reply(reply.as_bytes());
     }
+    result
+}
+
+/// Cairn: the NFS calls whose second handling would not answer as the first
+/// did (a REMOVE done twice says NOENT, a RENAME's source is gone, an
+/// exclusive CREATE meets its own file): their replies are kept, so that a
+/// client resending one after a lost reply or a reconnect hears the outcome
+/// of the first (the duplicate request cache of RFC 1813's servers).
+fn changes_state(key: CallKey) -> bool {
+    use nfs3_types::nfs3::NFS_PROGRAM as P;
+    key.prog == nfs::PROGRAM
+        && matches!(
+            P::try_from(key.proc_),
+            Ok(P::NFSPROC3_SETATTR
+                | P::NFSPROC3_WRITE
+                | P::NFSPROC3_CREATE
+                | P::NFSPROC3_MKDIR
+                | P::NFSPROC3_SYMLINK
+                | P::NFSPROC3_MKNOD
+                | P::NFSPROC3_REMOVE
+                | P::NFSPROC3_RMDIR
+                | P::NFSPROC3_RENAME
+                | P::NFSPROC3_LINK
+                | P::NFSPROC3_COMMIT)
+        )
 }
 
 /// Handles the RPC message and returns a result. The handler is an async function
@@ -117,26 +154,38 @@ where
     message.into_success_reply(&result)
 }
 
+/// Cairn: what is done with a call that cannot be handled now.
+enum Retransmission {
+    /// A retransmission answered with its first handling's reply.
+    Answer(Vec<u8>),
+    /// A retransmission not answered.
+    Drop,
+    /// Refused (too many calls in progress).
+    Refuse(accept_stat_data),
+}
+
 fn lock_transaction(
     transaction_tracker: &transaction_tracker::TransactionTracker,
     client_addr: &str,
     xid: u32,
+    key: CallKey,
     call: &call_body<'_>,
-) -> Result<TransactionLock, Option<accept_stat_data>> {
-    let transaction = transaction_tracker.start_transaction(client_addr, xid, Instant::now());
+) -> Result<TransactionLock, Retransmission> {
+    let transaction = transaction_tracker.start_transaction(client_addr, xid, key, Instant::now());
 
     match transaction {
         Ok(lock) => Ok(lock),
-        Err(TransactionError::AlreadyExists) => {
+        Err(TransactionError::AlreadyExists(reply)) => {
             info!(
-                "Retransmission detected, xid: {xid}, client_addr: {client_addr}, call: {call:?}",
+                "Retransmission detected, xid: {xid}, client_addr: {client_addr}, call: {call:?}, answered again: {}",
+                reply.is_some()
             );
-            Err(None)
+            Err(reply.map_or(Retransmission::Drop, Retransmission::Answer))
         }
         Err(TransactionError::TooManyRequests) => {
             warn!("Too many requests, xid: {xid}, client_addr: {client_addr}, call: {call:?}",);
 
-            Err(Some(accept_stat_data::SYSTEM_ERR))
+            Err(Retransmission::Refuse(accept_stat_data::SYSTEM_ERR))
         }
     }
 }

@@ -257,7 +257,9 @@ impl<T: NfsFileSystem + 'static> NFSTcpListener<T> {
     }
 
     fn new_transaction_tracker() -> Arc<TransactionTracker> {
-        const TRANSACTION_LIFETIME: Duration = Duration::from_secs(60);
+        // Cairn: two minutes (upstream's one): a kept reply must outlive a
+        // client's reconnect and resend (Linux waits `timeo`, 60 s, by default).
+        const TRANSACTION_LIFETIME: Duration = Duration::from_secs(120);
         const MAX_ACTIVE_TRANSACTIONS: u16 = 256;
         const TRANSACTION_TRIM_THRESHOLD: usize = 2048;
 

@@ -1,4 +1,5 @@
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -9,7 +10,43 @@ pub struct TransactionTracker {
     transactions: RwLock<HashMap<String, Arc<Mutex<ClientTransactions>>>>,
     max_active_transactions: u16,
     trim_limit: usize,
+    // Cairn: bytes of replies kept for retransmissions, over every client.
+    kept: Arc<AtomicUsize>,
 }
+
+/// Cairn: what identifies a call beyond its xid, so that a reused xid with
+/// another call is never answered with the first call's reply (a client that
+/// restarted, or a second process behind one address and port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallKey {
+    pub(crate) prog: u32,
+    pub(crate) vers: u32,
+    pub(crate) proc_: u32,
+    /// A digest of the call's bytes after the xid.
+    pub(crate) digest: u64,
+}
+
+/// Cairn: a reply kept for a retransmission of its call; its bytes count
+/// against the tracker's budget until it is dropped.
+#[derive(Debug)]
+struct KeptReply {
+    bytes: Vec<u8>,
+    kept: Arc<AtomicUsize>,
+}
+
+impl Drop for KeptReply {
+    fn drop(&mut self) {
+        self.kept
+            .fetch_sub(self.bytes.len(), AtomicOrdering::Relaxed);
+    }
+}
+
+/// Cairn: the largest reply kept (the replies of calls that change things are
+/// attributes and weak cache consistency data, well under it).
+pub(crate) const MAX_KEPT_REPLY: usize = 4096;
+/// Cairn: the bytes of replies kept over all clients; past it new replies are
+/// not kept (a retransmission is then handled again, as without a cache).
+const MAX_KEPT_BYTES: usize = 64 << 20;
 
 impl TransactionTracker {
     #[must_use]
@@ -23,6 +60,7 @@ impl TransactionTracker {
             transactions: RwLock::new(HashMap::new()),
             max_active_transactions,
             trim_limit,
+            kept: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -30,6 +68,7 @@ impl TransactionTracker {
         &self,
         client_addr: &str,
         xid: u32,
+        key: CallKey,
         now: Instant,
     ) -> Result<TransactionLock, TransactionError> {
         // First, we check if client is already in the transactions map
@@ -41,11 +80,12 @@ impl TransactionTracker {
 
             if let Some(client_transactions) = transactions.get(client_addr) {
                 let mut client_lock = client_transactions.lock().expect("lock is poisoned");
-                client_lock.add_transaction(xid, now)?;
+                client_lock.add_transaction(xid, key, now)?;
                 return Ok(TransactionLock::new(
                     client_transactions.clone(),
                     xid,
                     self.retention_period,
+                    self.kept.clone(),
                 ));
             }
         }
@@ -60,12 +100,13 @@ impl TransactionTracker {
             .or_insert_with(|| self.new_client_transactions(now));
 
         let mut client_lock = val.lock().expect("lock is poisoned");
-        client_lock.add_transaction(xid, now)?;
+        client_lock.add_transaction(xid, key, now)?;
 
         Ok(TransactionLock::new(
             val.clone(),
             xid,
             self.retention_period,
+            self.kept.clone(),
         ))
     }
 
@@ -93,16 +134,19 @@ impl TransactionTracker {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransactionError {
-    AlreadyExists,
+    /// Cairn: the call is a retransmission; with the reply its first handling
+    /// gave, when that was kept (else it is still being handled, or its reply
+    /// was not kept, and the retransmission is dropped).
+    AlreadyExists(Option<Vec<u8>>),
     TooManyRequests,
 }
 
 impl std::fmt::Display for TransactionError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::AlreadyExists => write!(f, "transaction already exists"),
+            Self::AlreadyExists(_) => write!(f, "transaction already exists"),
             Self::TooManyRequests => write!(f, "too many requests"),
         }
     }
@@ -118,6 +162,9 @@ enum TransactionState {
 struct Transaction {
     xid: u32,
     state: TransactionState,
+    // Cairn: the call, and the reply kept for its retransmissions.
+    key: Option<CallKey>,
+    reply: Option<KeptReply>,
 }
 
 impl Transaction {
@@ -125,15 +172,33 @@ impl Transaction {
         Self {
             xid,
             state: TransactionState::InProgress,
+            key: None,
+            reply: None,
         }
     }
 
-    fn complete(&mut self, now: Instant) {
+    fn complete(&mut self, now: Instant, reply: Option<KeptReply>) {
         assert!(
             matches!(self.state, TransactionState::InProgress),
             "transaction is already completed"
         );
         self.state = TransactionState::Completed(now);
+        self.reply = reply;
+    }
+
+    /// Cairn: whether this transaction is done and was another call than `key`.
+    fn is_done_other_than(&self, key: CallKey) -> bool {
+        matches!(self.state, TransactionState::Completed(_)) && self.key.is_some_and(|k| k != key)
+    }
+
+    /// Cairn: the kept reply, if this transaction is done and was `key`'s call.
+    fn reply_for(&self, key: CallKey) -> Option<Vec<u8>> {
+        match (self.state, self.key) {
+            (TransactionState::Completed(_), Some(k)) if k == key => {
+                self.reply.as_ref().map(|r| r.bytes.clone())
+            }
+            _ => None,
+        }
     }
 
     fn is_stale(&self, now: Instant, max_age: Duration) -> bool {
@@ -190,26 +255,47 @@ impl ClientTransactions {
         }
     }
 
-    fn add_transaction(&mut self, xid: u32, now: Instant) -> Result<(), TransactionError> {
+    fn add_transaction(
+        &mut self,
+        xid: u32,
+        key: CallKey,
+        now: Instant,
+    ) -> Result<(), TransactionError> {
         self.last_active = now;
         match self.find_transaction(xid) {
-            Ok(_) => Err(TransactionError::AlreadyExists),
+            // Cairn: a done transaction of another call (a client that
+            // restarted, its xids starting over) is this call's, handled anew.
+            Ok(p) if self.transactions[p].is_done_other_than(key) => {
+                if self.active_transactions >= self.max_active_transactions {
+                    return Err(TransactionError::TooManyRequests);
+                }
+                self.active_transactions += 1;
+                let mut tx = Transaction::in_progress(xid);
+                tx.key = Some(key);
+                self.transactions[p] = tx;
+                Ok(())
+            }
+            Ok(p) => Err(TransactionError::AlreadyExists(
+                self.transactions[p].reply_for(key),
+            )),
             Err(p) => {
                 if self.active_transactions >= self.max_active_transactions {
                     return Err(TransactionError::TooManyRequests);
                 }
                 self.active_transactions += 1;
-                self.transactions.insert(p, Transaction::in_progress(xid));
+                let mut tx = Transaction::in_progress(xid);
+                tx.key = Some(key);
+                self.transactions.insert(p, tx);
                 self.trim_if_needed();
                 Ok(())
             }
         }
     }
 
-    fn complete_transaction(&mut self, xid: u32, now: Instant) {
+    fn complete_transaction(&mut self, xid: u32, now: Instant, reply: Option<KeptReply>) {
         self.last_active = now;
         if let Ok(p) = self.find_transaction(xid) {
-            self.transactions[p].complete(now);
+            self.transactions[p].complete(now, reply);
             self.active_transactions -= 1;
         } else {
             // transaction not found, do nothing
@@ -263,6 +349,8 @@ pub struct TransactionLock {
     transactions: Arc<Mutex<ClientTransactions>>,
     xid: u32,
     retention_period: Duration,
+    kept: Arc<AtomicUsize>,
+    reply: Option<KeptReply>,
 }
 
 impl TransactionLock {
@@ -270,12 +358,32 @@ impl TransactionLock {
         transactions: Arc<Mutex<ClientTransactions>>,
         xid: u32,
         retention_period: Duration,
+        kept: Arc<AtomicUsize>,
     ) -> Self {
         Self {
             transactions,
             xid,
             retention_period,
+            kept,
+            reply: None,
         }
+    }
+
+    /// Cairn: keeps `reply` (whole, as sent) for retransmissions of this call,
+    /// when it is small and the budget allows.
+    pub(crate) fn keep_reply(&mut self, reply: &[u8]) {
+        if reply.len() > MAX_KEPT_REPLY {
+            return;
+        }
+        let before = self.kept.fetch_add(reply.len(), AtomicOrdering::Relaxed);
+        let kept = KeptReply {
+            bytes: reply.to_vec(),
+            kept: self.kept.clone(),
+        };
+        if before + reply.len() > MAX_KEPT_BYTES {
+            return; // dropping `kept` gives its bytes back
+        }
+        self.reply = Some(kept);
     }
 }
 
@@ -283,7 +391,7 @@ impl Drop for TransactionLock {
     fn drop(&mut self) {
         let now = Instant::now();
         let mut transactions = self.transactions.lock().expect("lock is poisoned");
-        transactions.complete_transaction(self.xid, now);
+        transactions.complete_transaction(self.xid, now, self.reply.take());
         transactions.remove_old_transactions(now, self.retention_period);
     }
 }
@@ -326,6 +434,47 @@ mod tests {
 
     use super::*;
 
+    const K: CallKey = CallKey {
+        prog: 100_003,
+        vers: 3,
+        proc_: 12,
+        digest: 7,
+    };
+
+    #[test]
+    fn test_kept_reply_answers_only_its_call() {
+        let tracker = TransactionTracker::new(Duration::from_secs(60), 16, 64);
+        let now = Instant::now();
+        let mut lock = tracker.start_transaction("c:1", 5, K, now).unwrap();
+        assert_eq!(
+            tracker.start_transaction("c:1", 5, K, now).unwrap_err(),
+            TransactionError::AlreadyExists(None),
+            "in progress: dropped"
+        );
+        lock.keep_reply(b"reply");
+        drop(lock);
+        assert_eq!(
+            tracker.start_transaction("c:1", 5, K, now).unwrap_err(),
+            TransactionError::AlreadyExists(Some(b"reply".to_vec()))
+        );
+        assert_eq!(tracker.kept.load(AtomicOrdering::Relaxed), 5);
+        let other = CallKey { digest: 8, ..K };
+        let lock = tracker.start_transaction("c:1", 5, other, now);
+        assert!(lock.is_ok(), "another call with the xid is handled anew");
+        assert_eq!(
+            tracker.kept.load(AtomicOrdering::Relaxed),
+            0,
+            "the old reply let go"
+        );
+        drop(lock);
+        tracker.cleanup(now + Duration::from_secs(120));
+        assert_eq!(
+            tracker.kept.load(AtomicOrdering::Relaxed),
+            0,
+            "budget given back"
+        );
+    }
+
     #[test]
     fn test_transaction() {
         let mut transaction = Transaction::in_progress(1);
@@ -333,7 +482,7 @@ mod tests {
         assert!(matches!(transaction.state, TransactionState::InProgress));
 
         let now = Instant::now();
-        transaction.complete(now);
+        transaction.complete(now, None);
         assert!(matches!(transaction.state, TransactionState::Completed(_)));
 
         let max_age = Duration::new(1, 0);
@@ -349,11 +498,11 @@ mod tests {
         assert_eq!(client_transactions.transactions.len(), 0);
         assert!(client_transactions.last_active.elapsed() < Duration::new(1, 0));
 
-        client_transactions.add_transaction(1, now).unwrap();
+        client_transactions.add_transaction(1, K, now).unwrap();
         assert_eq!(client_transactions.transactions.len(), 1);
         assert_eq!(client_transactions.transactions[0].xid, 1);
 
-        client_transactions.complete_transaction(1, now);
+        client_transactions.complete_transaction(1, now, None);
         assert_eq!(
             client_transactions.transactions[0].state,
             TransactionState::Completed(now)
@@ -368,12 +517,12 @@ mod tests {
         let now = Instant::now();
         let mut client_transactions = ClientTransactions::new(now, 100, 1000);
 
-        client_transactions.add_transaction(9, now).unwrap();
-        client_transactions.add_transaction(1, now).unwrap();
+        client_transactions.add_transaction(9, K, now).unwrap();
+        client_transactions.add_transaction(1, K, now).unwrap();
         assert_eq!(collect_xids(&client_transactions)[..], [1, 9]);
-        client_transactions.add_transaction(5, now).unwrap();
+        client_transactions.add_transaction(5, K, now).unwrap();
         assert_eq!(collect_xids(&client_transactions)[..], [1, 5, 9]);
-        client_transactions.add_transaction(2, now).unwrap();
+        client_transactions.add_transaction(2, K, now).unwrap();
         assert_eq!(collect_xids(&client_transactions)[..], [1, 2, 5, 9]);
     }
 
@@ -386,9 +535,9 @@ mod tests {
         let now = Instant::now();
         let mut client_transactions = ClientTransactions::new(now, 100, 1000);
 
-        client_transactions.add_transaction(1, now).unwrap();
-        client_transactions.add_transaction(2, now).unwrap();
-        client_transactions.complete_transaction(2, now);
+        client_transactions.add_transaction(1, K, now).unwrap();
+        client_transactions.add_transaction(2, K, now).unwrap();
+        client_transactions.complete_transaction(2, now, None);
 
         assert_eq!(client_transactions.transactions.len(), 2);
         assert_eq!(client_transactions.transactions[0].xid, 1);
@@ -405,7 +554,7 @@ mod tests {
         client_transactions.remove_old_transactions(now + Duration::new(2, 0), Duration::new(1, 0));
         assert_eq!(client_transactions.transactions.len(), 2);
 
-        client_transactions.complete_transaction(1, now);
+        client_transactions.complete_transaction(1, now, None);
         assert_eq!(
             client_transactions.transactions[0].state,
             TransactionState::Completed(now)
@@ -424,10 +573,10 @@ mod tests {
         let now = Instant::now();
         let mut client_transactions = ClientTransactions::new(now, 2, 1000);
 
-        assert!(client_transactions.add_transaction(1, now).is_ok());
-        assert!(client_transactions.add_transaction(2, now).is_ok());
+        assert!(client_transactions.add_transaction(1, K, now).is_ok());
+        assert!(client_transactions.add_transaction(2, K, now).is_ok());
         assert_eq!(
-            client_transactions.add_transaction(3, now).unwrap_err(),
+            client_transactions.add_transaction(3, K, now).unwrap_err(),
             TransactionError::TooManyRequests
         );
     }
@@ -437,10 +586,10 @@ mod tests {
         let now = Instant::now();
         let mut client_transactions = ClientTransactions::new(now, 100, 1000);
 
-        assert!(client_transactions.add_transaction(1, now).is_ok());
+        assert!(client_transactions.add_transaction(1, K, now).is_ok());
         assert_eq!(
-            client_transactions.add_transaction(1, now).unwrap_err(),
-            TransactionError::AlreadyExists
+            client_transactions.add_transaction(1, K, now).unwrap_err(),
+            TransactionError::AlreadyExists(None)
         );
     }
 
@@ -449,18 +598,18 @@ mod tests {
         let now = Instant::now();
         let mut client_transactions = ClientTransactions::new(now, 1, 2);
 
-        assert!(client_transactions.add_transaction(1, now).is_ok());
-        client_transactions.complete_transaction(1, now);
+        assert!(client_transactions.add_transaction(1, K, now).is_ok());
+        client_transactions.complete_transaction(1, now, None);
 
-        assert!(client_transactions.add_transaction(2, now).is_ok());
-        client_transactions.complete_transaction(2, now);
+        assert!(client_transactions.add_transaction(2, K, now).is_ok());
+        client_transactions.complete_transaction(2, now, None);
         assert_eq!(collect_xids(&client_transactions)[..], [1, 2]);
 
-        assert!(client_transactions.add_transaction(3, now).is_ok());
+        assert!(client_transactions.add_transaction(3, K, now).is_ok());
         assert_eq!(collect_xids(&client_transactions)[..], [2, 3]);
-        client_transactions.complete_transaction(3, now);
+        client_transactions.complete_transaction(3, now, None);
 
-        assert!(client_transactions.add_transaction(4, now).is_ok());
+        assert!(client_transactions.add_transaction(4, K, now).is_ok());
         assert_eq!(collect_xids(&client_transactions)[..], [3, 4]);
     }
 
@@ -469,10 +618,10 @@ mod tests {
         let tracker = TransactionTracker::new(Duration::new(1, 0), 100, 1000);
         let now = Instant::now();
 
-        let transaction = tracker.start_transaction("client1", 1, now).unwrap();
+        let transaction = tracker.start_transaction("client1", 1, K, now).unwrap();
         assert_eq!(
-            tracker.start_transaction("client1", 1, now).unwrap_err(),
-            TransactionError::AlreadyExists
+            tracker.start_transaction("client1", 1, K, now).unwrap_err(),
+            TransactionError::AlreadyExists(None)
         );
         assert_eq!(transaction.xid, 1);
 
@@ -509,8 +658,8 @@ mod tests {
         let tracker = TransactionTracker::new(Duration::new(1, 0), 100, 1000);
         let now = Instant::now();
 
-        let transaction1 = tracker.start_transaction("client1", 1, now).unwrap();
-        let transaction2 = tracker.start_transaction("client1", 2, now).unwrap();
+        let transaction1 = tracker.start_transaction("client1", 1, K, now).unwrap();
+        let transaction2 = tracker.start_transaction("client1", 2, K, now).unwrap();
 
         tracker.cleanup(now + Duration::new(2, 0));
 

@@ -71,6 +71,16 @@ impl CompleteRpcMessage {
     pub fn into_inner(self) -> Vec<u8> {
         self.0
     }
+
+    /// Cairn: a reply kept for retransmissions, sent again as it was.
+    pub(crate) const fn from_kept(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+
+    /// Cairn: the message's bytes (a reply, to be kept).
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 pub struct IncomingRpcMessage {
@@ -115,6 +125,17 @@ impl IncomingRpcMessage {
     }
     pub const fn body(&self) -> &call_body<'static> {
         &self.body
+    }
+
+    /// Cairn: a digest of the call's bytes after its xid (credentials and
+    /// arguments), telling a retransmission from another call with its xid.
+    pub fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        if let Some(data) = &self.data {
+            data.get(4..).unwrap_or_default().hash(&mut h);
+        }
+        h.finish()
     }
 
     pub const fn take_data(&mut self) -> Cursor<Vec<u8>> {
