@@ -500,4 +500,32 @@ mod tests {
         d.resize(40);
         assert_eq!(shape(&d.plan(false)), ["new 0..40"], "extended with zeros");
     }
+
+    #[tokio::test]
+    async fn a_retired_draft_gives_its_bytes_back_to_the_budget() {
+        let drafts = Drafts::default();
+        for (key, n) in [("a", 100usize), ("b", 50)] {
+            let shared = drafts.get_or(1, key, || None);
+            shared.lock().await.write(0, Bytes::from(vec![7u8; n]));
+            drafts.add(n as u64);
+        }
+        let a = drafts.get(1, "a").expect("a's draft");
+        assert_eq!(drafts.total.load(Ordering::Relaxed), 150);
+
+        // Removed: its draft leaves the map and the total, and a writer
+        // holding it finds it gone.
+        drafts.retire(1, "a").await;
+        assert_eq!(drafts.total.load(Ordering::Relaxed), 50);
+        assert!(drafts.get(1, "a").is_none());
+        let a = a.lock().await;
+        assert!(a.gone && a.held() == 0 && !a.dirty());
+
+        // Renamed away: taken out, then retired under the caller's lock.
+        let b = drafts.get(1, "b").expect("b's draft");
+        let mut b = b.lock().await;
+        drafts.take(1, "b");
+        drafts.retire_locked(&mut b);
+        assert_eq!(drafts.total.load(Ordering::Relaxed), 0);
+        assert!(drafts.get(1, "b").is_none() && b.gone);
+    }
 }
