@@ -9,7 +9,7 @@
 # Usage: bench/nfs.sh [--quick]     (~4 min; --quick: 256 MiB and 200 files)
 #
 # Prints a markdown table to stdout and bench-out/nfs.md. Environment: BENCH_DIR
-# (default /var/tmp/cairn-bench), SKIP_BUILD=1.
+# (default /var/tmp/cairn-bench), SKIP_BUILD=1, BIN (default target/release).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=0; [ "${1:-}" = --quick ] && QUICK=1
@@ -17,7 +17,7 @@ MIB=$([ "$QUICK" = 1 ] && echo 256 || echo 1024)
 FILES=$([ "$QUICK" = 1 ] && echo 200 || echo 1000)
 WORK=${BENCH_DIR:-/var/tmp/cairn-bench}/nfs
 OUT=$ROOT/bench-out
-BIN=$ROOT/target/release
+BIN=${BIN:-$ROOT/target/release}
 mkdir -p "$WORK" "$OUT/logs"
 log() { echo "[nfs $(date +%T)] $*" >&2; }
 PIDS=()

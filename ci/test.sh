@@ -5,7 +5,8 @@
 # checks against `nodectl dev up --nodes 7/6`, the KV tier with the real clients
 # (redis-cli, redis-py, redis-benchmark, awscrt) on 3 nodes, a history check with failpoints on 5
 # nodes, the userspace NVMe driver over VFIO in
-# a QEMU guest, and the firmware image built and booted by UEFI in QEMU.
+# a QEMU guest, the Linux kernel's NFS client in a QEMU guest, and the firmware
+# image built and booted by UEFI in QEMU.
 #
 #   ci/test.sh            everything (what CI runs)
 #   ci/test.sh --quick    skip fmt/clippy
@@ -74,6 +75,8 @@ cp target/release/nodectl target/release/datapathd target/failpoints/
 ci/cluster-check.sh --only history target/failpoints
 stage "NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
 hwtests/nvme-vfio/run.sh
+stage "the Linux kernel's NFS client in a QEMU guest against a node: cp -r of 1000 files, a directory renamed, kill -9 under the mount"
+hwtests/nfs-kernel/run.sh target/release
 stage "firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"
 wait $ROOTFS_PID || { cat "$ROOTFS_LOG"; echo "image root filesystem: FAILED" >&2; exit 1; }
 ROOTFS_PID=""

@@ -27,50 +27,16 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-CACHE=${CAIRN_HWTEST_CACHE:-/var/cache/cairn-hwtests}
+TAG=nvme-vfio
+# shellcheck source=hwtests/lib/guest.sh
+. "$HERE/../lib/guest.sh"
 ACCEL=${CAIRN_QEMU_ACCEL:-tcg}
 MODE=test
 [[ "${1:-}" == "--bench" ]] && MODE=bench
 BENCH_SECS=${BENCH_SECS:-3}
-T0=$(date +%s%N)
-elapsed() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '%d.%d' $((ms / 1000)) $(((ms % 1000) / 100)); }
 
-say() { echo "[nvme-vfio $(elapsed)s] $*"; }
-missing() { echo "MISSING: $*" >&2; exit 2; }
-fail() { echo "FAIL: $*" >&2; [[ -n "${WORK:-}" && -f "$WORK/serial.log" ]] && { echo "--- last guest output ---" >&2; tail -n 60 "$WORK/serial.log" >&2; }; exit 1; }
-
-for t in qemu-system-x86_64 depmod modprobe python3 cargo dpkg-deb gzip; do
-    command -v "$t" >/dev/null || missing "$t (apt-get install qemu-system-x86 kmod python3 dpkg gzip; cargo from the Rust toolchain)"
-done
-BUSYBOX=$(command -v busybox || true)
-[[ -n "$BUSYBOX" ]] || missing "busybox (apt-get install busybox-static)"
-{ ldd "$BUSYBOX" 2>&1 || true; } | grep -q "not a dynamic" || missing "a static busybox (apt-get install busybox-static)"
-
-# --- the kernel ---------------------------------------------------------------
-mkdir -p "$CACHE"
-DEB=$(ls "$CACHE"/linux-image-6.1.*-amd64_*.deb 2>/dev/null | grep -v -e cloud -e rt-amd64 | sort -V | tail -n1 || true)
-if [[ -z "$DEB" ]]; then
-    say "no kernel package in $CACHE: downloading it with apt-get"
-    PKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6.1/ {print $2; exit}')
-    if [[ -z "$PKG" && $(id -u) == 0 ]]; then
-        timeout 300 apt-get update -qq >/dev/null 2>&1 || true
-        PKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-6.1/ {print $2; exit}')
-    fi
-    [[ -n "$PKG" ]] || missing "linux-image-6.1.*-amd64 (apt-get update; or put the .deb into $CACHE)"
-    (cd "$CACHE" && timeout 300 apt-get download "$PKG" >/dev/null 2>&1) || missing "$PKG could not be downloaded (put the .deb into $CACHE)"
-    DEB=$(ls "$CACHE"/linux-image-6.1.*-amd64_*.deb | sort -V | tail -n1)
-fi
-KROOT="$CACHE/$(basename "$DEB" .deb)"
-if [[ ! -d "$KROOT/lib/modules" ]]; then
-    say "unpacking $(basename "$DEB")"
-    rm -rf "$KROOT.tmp" && dpkg-deb -x "$DEB" "$KROOT.tmp"
-    KVER=$(ls "$KROOT.tmp/lib/modules")
-    depmod -b "$KROOT.tmp" "$KVER"
-    mv "$KROOT.tmp" "$KROOT"
-fi
-KVER=$(ls "$KROOT/lib/modules")
-VMLINUZ="$KROOT/boot/vmlinuz-$KVER"
-[[ -f "$VMLINUZ" ]] || missing "vmlinuz in $DEB"
+guest_tools cargo
+guest_kernel
 
 # --- the guest program ----------------------------------------------------------
 say "building nvme-selftest and datapathd (release)"
@@ -89,11 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 R="$WORK/initramfs"
-mkdir -p "$R"/{bin,sbin,proc,sys,dev,tmp,mods,lib64,lib/x86_64-linux-gnu}
-cp "$BUSYBOX" "$R/bin/busybox"
-for a in sh mount umount insmod cat ls echo readlink basename sleep poweroff mkdir grep sed wc tr head dd ip kill; do
-    ln -sf busybox "$R/bin/$a"
-done
+guest_root "$R" sh mount umount insmod cat ls echo readlink basename sleep poweroff mkdir grep sed wc tr head dd ip kill
 cp "$SELFTEST" "$R/bin/nvme-selftest"
 cp "$DATAPATHD" "$R/bin/datapathd"
 # Their shared libraries (glibc builds), found with ldd.
@@ -102,17 +64,9 @@ ldd "$SELFTEST" "$DATAPATHD" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^\// &
     cp -L "$lib" "$R$lib"
 done
 
-mods() {
-    for m in "$@"; do
-        modprobe -d "$KROOT" -S "$KVER" --show-depends "$m" | awk '/^insmod/ {print $2}'
-    done | awk '!seen[$0]++'
-}
-: > "$R/mods/vfio.order"
-for ko in $(mods vfio-pci); do cp "$ko" "$R/mods/"; basename "$ko" >> "$R/mods/vfio.order"; done
+guest_modules "$R" vfio vfio-pci
 : > "$R/mods/nvme.order"
-if [[ $MODE == bench ]]; then
-    for ko in $(mods nvme); do cp "$ko" "$R/mods/"; basename "$ko" >> "$R/mods/nvme.order"; done
-fi
+[[ $MODE == bench ]] && guest_modules "$R" nvme nvme
 
 cat > "$R/init" <<'EOF'
 #!/bin/sh
@@ -177,8 +131,7 @@ echo "GUEST-DONE uptime=$(cut -d' ' -f1 /proc/uptime)"
 poweroff -f
 EOF
 chmod +x "$R/init"
-(cd "$R" && find . | "$BUSYBOX" cpio -o -H newc 2>/dev/null | gzip -1 > "$WORK/initrd.gz")
-say "initramfs $(du -h "$WORK/initrd.gz" | cut -f1) (kernel $KVER)"
+guest_pack "$R"
 
 # --- the drives and the VM -------------------------------------------------------
 D0="$WORK/d0.img"; D1="$WORK/d1.img"
@@ -206,15 +159,6 @@ say "booting the guest ($ACCEL)"
 qemu-system-x86_64 "${QEMU_ARGS[@]}" > "$WORK/qemu.log" 2>&1 &
 QPID=$!
 
-# Waits until the serial log has a line matching $1, within $2 seconds.
-wait_for() {
-    local deadline=$(( $(date +%s) + $2 ))
-    while ! grep -q -- "$1" "$WORK/serial.log"; do
-        kill -0 "$QPID" 2>/dev/null || fail "QEMU exited before \"$1\" (see $WORK/qemu.log: $(tail -n 3 "$WORK/qemu.log"))"
-        [[ $(date +%s) -lt $deadline ]] || fail "no \"$1\" within $2 s"
-        sleep 0.2
-    done
-}
 monitor() {
     python3 - "$MON" "$1" <<'PY'
 import socket, sys, time
@@ -235,12 +179,7 @@ if [[ $MODE == test ]]; then
     wait_for "RESULT .* hotplug" 240
 fi
 wait_for "GUEST-DONE" 300
-deadline=$(( $(date +%s) + 30 ))
-while kill -0 "$QPID" 2>/dev/null; do
-    [[ $(date +%s) -lt $deadline ]] || { kill "$QPID"; fail "QEMU did not power off"; }
-    sleep 0.2
-done
-QPID=""
+wait_poweroff
 LOG="$WORK/serial.log"
 tr -d '\r' < "$LOG" | sed 's/\x1b\[[0-9;]*m//g' > "$WORK/serial.txt"; LOG="$WORK/serial.txt"
 grep -E "^(GUEST|NVME|DRIVER|BOUND|CONTROLLER|PATTERN|CHUNKS|VERIFIED|DATAPATHD|HOTPLUG|UNPLUG|HUGEPAGES|BENCH|RESULT|INSMOD)" "$LOG" || true
