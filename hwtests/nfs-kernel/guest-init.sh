@@ -60,10 +60,25 @@ echo "SUM big $(md5sum /tmp/big | cut -d' ' -f1)"
 sync
 echo "PHASE1-DONE"
 
-# The host kills the node and restarts it, then puts `go`: this mount lives on.
-i=0
-while [ ! -e /mnt/go ] && [ "$i" -lt 500 ]; do sleep 1; i=$((i + 1)); done
-[ -e /mnt/go ] && echo "GO seen=yes after=${i}s" || echo "GO seen=no"
+# When the host has checked all that over S3 it puts `ready`; then 64 MiB are
+# written while the host kills every Cairn process and restarts the node: the
+# UNSTABLE writes the dead process held are lost with it, and the client, seeing a
+# new verifier at COMMIT, sends them again. dd's fsync returns once all is committed.
+wait_file() {
+    i=0
+    while [ ! -e "/mnt/$1" ] && [ "$i" -lt 500 ]; do sleep 1; i=$((i + 1)); done
+    [ -e "/mnt/$1" ] && echo "$2 seen=yes after=${i}s" || echo "$2 seen=no"
+}
+wait_file ready READY
+dd if=/dev/urandom of=/tmp/during bs=1M count=64 2>/dev/null
+echo "WRITING"
+t=$(up)
+dd if=/tmp/during of=/mnt/during.bin bs=1M conv=fsync 2>/dev/null
+echo "DURING rc=$? secs=$(since "$t") $(md5sum /tmp/during | cut -d' ' -f1)"
+rm -f /tmp/during
+
+# The node is back (the host put `go`): this mount lives on.
+wait_file go GO
 echo 3 > /proc/sys/vm/drop_caches
 echo "AFTER big $(md5sum /mnt/big.bin | cut -d' ' -f1)"
 echo "AFTER tree $(md5sum /mnt/renamed/a/f0 | cut -d' ' -f1) $(md5sum /tmp/tree/a/f0 | cut -d' ' -f1)"

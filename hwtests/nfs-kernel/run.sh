@@ -14,11 +14,13 @@
 # S3 is read as a file; a tree of N small files is copied in with `cp -r`; a 32 MiB
 # file is written with dd and fsync; the tree's directory is renamed; a few bytes
 # of the big file are overwritten in place. The host then reads all of it over S3
-# (boto3), byte for byte, and the tree only under its new name. Then every Cairn
-# process is killed with -9 and the node restarted on the same data while the
-# guest keeps its mount: through the same mount (the same handles) the guest reads
-# the big file back after dropping its caches, writes a new file and unmounts; the
-# host checks both over S3.
+# (boto3), byte for byte, and the tree only under its new name. Then, while the
+# guest writes 64 MiB with `dd conv=fsync`, every Cairn process is killed with -9
+# and the node restarted on the same data under the live mount: the write must
+# finish and read back whole over S3 (the client resends what the dead process had
+# not committed, told by the new write verifier). Through the same mount (the
+# same handles) the guest reads the big file back after dropping its caches,
+# writes a new file and unmounts; the host checks both over S3.
 #
 # Exit 0 = pass, 1 = fail, 2 = something missing. Env: KEEP=1 keeps the work
 # directory, CAIRN_QEMU_ACCEL (default tcg).
@@ -101,16 +103,20 @@ tr -d '\r' < "$WORK/serial.log" > "$WORK/phase1.txt"
 grep -E "^(CP|DD|MV|LS|S3FILE|OVERWRITE) " "$WORK/phase1.txt" | sed 's/^/  guest: /'
 s3 phase1 kernel "$WORK/phase1.txt" "$WORK/from-s3.md5" "$FILES"
 
-say "kill -9 of every Cairn process, restart on the same data (the guest keeps its mount)"
+s3 put kernel ready
+wait_for "^WRITING" 120
+sleep 1 # into the 64 MiB write (about 5 s under TCG)
+say "kill -9 of every Cairn process while the guest writes, restart on the same data (the guest keeps its mount)"
 pids=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); n=s["nodes"][0]; print(s["supervisor_pid"], n["datapathd_pid"], n["mgmtd_pid"])' "$WORK/data/run/dev.json")
 kill -9 $pids
 wait "$SUP" 2>/dev/null || true
+! grep -q "^DURING" "$WORK/serial.log" || fail "the guest's write ended before the kill: it was not cut"
 start_node
-s3 go kernel
+s3 put kernel go
 wait_for "GUEST-DONE" 600
 wait_poweroff
 tr -d '\r' < "$WORK/serial.log" > "$WORK/serial.txt"
-grep -E "^(GO|AFTER|WROTE|UMOUNT|INSMOD)" "$WORK/serial.txt" | sed 's/^/  guest: /'
+grep -E "^(READY|DURING|GO|AFTER|WROTE|UMOUNT|INSMOD)" "$WORK/serial.txt" | sed 's/^/  guest: /'
 ! grep -q "INSMOD-FAIL" "$WORK/serial.txt" || fail "a module did not load"
 grep -qi "kernel panic\|BUG:" "$WORK/serial.txt" && fail "panic in the guest"
 grep -q "^GO seen=yes" "$WORK/serial.txt" || fail "the guest never saw the file put after the restart"
