@@ -1033,6 +1033,11 @@ def sec_nodeloss(c):
             return False
         except OSError:
             return True
+    # A process killed with -9 keeps its sockets until its last thread has
+    # exited (`Zl`): wait for that, a while.
+    deadline = time.time() + 15
+    while not down() and time.time() < deadline:
+        time.sleep(0.2)
     alive = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
     R.ok("node 3's mgmtd is gone and its RESP port refuses connections",
          # A zombie not yet reaped by dev up is gone too (`Z`, `Zl` while its
@@ -1091,7 +1096,19 @@ def sec_placement(c):
 
     def chunks(k):
         return sum(d["chunks"] for d in node_json(k, "drives")["drives"])
-    before = {k: chunks(k) for k in (1, 2, 3)}
+
+    def settled():
+        # The collector may still be freeing what earlier sections deleted:
+        # counts are compared only once they hold still (two readings 2 s apart).
+        last = {k: chunks(k) for k in (1, 2, 3)}
+        for _ in range(30):
+            time.sleep(2)
+            now = {k: chunks(k) for k in (1, 2, 3)}
+            if now == last:
+                return now
+            last = now
+        return last
+    before = settled()
     vals = {f"{pool}:{lm_key(i)}": os.urandom(random.choice((100 << 10, 2 * MIB, 5 * MIB + 17)))
             for i in range(12)}
     n3 = Conn(c.resp[3], auth=(f"{c.key}/{pool}", c.secret))

@@ -20,6 +20,7 @@ mod gc;
 mod identity;
 mod list;
 mod once;
+mod record_cache;
 mod records;
 mod usage;
 mod version_list;
@@ -469,6 +470,7 @@ struct Job {
 pub struct MetaStore {
     db: Arc<Database>,
     jobs: tokio::sync::mpsc::Sender<Job>,
+    manifests: Arc<record_cache::RecordCache>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -541,7 +543,11 @@ impl MetaStore {
             .name("meta-commit".into())
             .spawn(move || committer(cdb, rx))
             .map_err(|e| MetaError::Db(format!("cannot start committer: {e}")))?;
-        Ok(MetaStore { db, jobs })
+        Ok(MetaStore {
+            db,
+            jobs,
+            manifests: Arc::default(),
+        })
     }
 
     /// Applies one mutation without a request id (no retry protection); returns
@@ -815,7 +821,7 @@ impl MetaStore {
         let tx = self.db.begin_read()?;
         let t = tx.open_table(OBJECTS)?;
         match t.get((bucket, key))? {
-            Some(v) => Ok(Some(serde_json::from_slice(v.value())?)),
+            Some(v) => Ok(Some(self.manifests.decode(bucket, key, v.value())?)),
             None => Ok(None),
         }
     }

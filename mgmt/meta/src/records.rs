@@ -1,6 +1,7 @@
 //! The persistent schema: what a bucket, an object manifest, an upload and a part
 //! record hold. Records are JSON in the database so an operator can read them with
-//! standard tools; the layout is small (a few bytes per stripe), so JSON costs little.
+//! standard tools; the layout is small (a few bytes per stripe), so JSON costs little,
+//! except for a large object's manifest read again and again (see `record_cache`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

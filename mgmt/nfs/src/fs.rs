@@ -7,10 +7,11 @@ use crate::exports::Export;
 use crate::handle::{Handle, Kind};
 use crate::listing::DirIter;
 use crate::names::{checked, parent, Node};
+use crate::readahead::{self, Plan};
 use crate::{status, Shared};
 use bytes::Bytes;
 use cairn_meta::{ObjectRecord, Precondition};
-use cairn_objects::{ObjectAttrs, ObjectError};
+use cairn_objects::{ObjectAttrs, ObjectError, ObjectStore};
 use futures::TryStreamExt;
 use nfs3_server::nfs3_types::nfs3::{fattr3, filename3, nfspath3, nfsstat3};
 use nfs3_server::vfs::{NfsReadFileSystem, ReadDirPlusIterator};
@@ -256,6 +257,7 @@ impl CairnFs {
     /// Removes `key`, an object (a file, or a directory's marker).
     pub(crate) async fn delete(&self, ex: &Export, key: &str) -> Res<()> {
         self.shared.drafts.retire(ex.id, key).await;
+        self.shared.readahead.forget(ex.id, key);
         self.shared
             .store
             .delete_object(ex.tenant, &ex.bucket, key, Precondition::default())
@@ -284,6 +286,8 @@ impl CairnFs {
             self.flush_draft(ex, from, d).await?;
         }
         self.shared.drafts.retire(ex.id, to).await;
+        self.shared.readahead.forget(ex.id, from);
+        self.shared.readahead.forget(ex.id, to);
         self.move_flushed(ex, from, to).await?;
         if let Some(d) = held.as_deref_mut() {
             self.shared.drafts.take(ex.id, from);
@@ -414,18 +418,23 @@ impl NfsReadFileSystem for CairnFs {
         // given that much, not a buffer of its size.
         let count = u64::from(count).min(crate::MAX_READ);
         let end = offset.saturating_add(count).min(rec.size);
-        let parts: Vec<Bytes> = self
+        let eof = end >= rec.size;
+        let rec = Arc::new(rec);
+        let (store, tenant) = (&self.shared.store, ex.tenant);
+        let plan = self
             .shared
-            .store
-            .read(ex.tenant, &rec, offset, end)
-            .try_collect()
-            .await
-            .map_err(|e| status(&e))?;
-        let mut out = Vec::with_capacity((end - offset) as usize);
-        for p in parts {
-            out.extend_from_slice(&p);
-        }
-        Ok((out, end >= rec.size))
+            .readahead
+            .plan(ex.id, &key, &rec, offset, end, |from, to| {
+                readahead::start(fetch(store.clone(), tenant, rec.clone(), from, to))
+            });
+        let (parts, at) = match plan {
+            Plan::Window { start, bytes } => (bytes.await?, offset - start),
+            Plan::Direct => (fetch(store.clone(), tenant, rec, offset, end).await?, 0),
+        };
+        let len = (end - offset) as usize;
+        let mut out = Vec::with_capacity(len);
+        readahead::copy_range(&parts, at as usize, len, &mut out);
+        Ok((out, eof))
     }
 
     async fn readdirplus(
@@ -450,4 +459,20 @@ impl NfsReadFileSystem for CairnFs {
     async fn readlink(&self, _id: &Handle) -> Res<nfspath3<'_>> {
         Err(nfsstat3::NFS3ERR_NOTSUPP)
     }
+}
+
+/// The bytes `[from, to)` of `rec`, as the store's pieces.
+async fn fetch(
+    store: Arc<ObjectStore>,
+    tenant: u64,
+    rec: Arc<ObjectRecord>,
+    from: u64,
+    to: u64,
+) -> Res<Arc<Vec<Bytes>>> {
+    store
+        .read(tenant, &rec, from, to)
+        .try_collect()
+        .await
+        .map(Arc::new)
+        .map_err(|e| status(&e))
 }

@@ -29,6 +29,7 @@ pub mod fs;
 pub mod handle;
 mod listing;
 pub mod names;
+mod readahead;
 
 use crate::draft::{Drafts, IDLE_FLUSH};
 use crate::exports::Exports;
@@ -66,6 +67,7 @@ pub(crate) struct Shared {
     pub(crate) exports: Exports,
     pub(crate) names: Resolver,
     pub(crate) drafts: Drafts,
+    pub(crate) readahead: readahead::ReadAhead,
     /// When this node last changed a directory (created, removed or renamed
     /// in it), by (export, path): its modification time, so clients see the
     /// change.
@@ -130,6 +132,7 @@ impl NfsServer {
             store,
             names: Resolver::default(),
             drafts: Drafts::default(),
+            readahead: readahead::ReadAhead::default(),
             changed: Mutex::new(HashMap::new()),
         });
         let first = CairnFs {
