@@ -3,7 +3,8 @@
 #  1. a 7-node local cluster (`nodectl dev up --nodes 7 --ec 4+2`: one node more
 #     than a stripe is wide, so writes go on with two nodes down and a node can be
 #     drained), real S3 clients (boto3) through every node, kill -9 of two nodes
-#     under load, every object read back by hash, restart to full protection, a voter
+#     under load, every object read back by hash, restart to full protection, NFS
+#     handles compared between all nodes (ci/nfs_rpc.py, raw RPC), a voter
 #     down until it is replaced that comes back and rejoins within a bound (then two
 #     voters at once), a node
 #     wiped and replaced (its chassis a VM behind a simulated BMC, which the

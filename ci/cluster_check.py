@@ -331,6 +331,7 @@ def main():
     read_all([n["node"] for n in nodes], "after restart")
     scrub_check(c, nodes)
     resp_check(nodes, key, secret)
+    nfs_check(c, nodes, clients)
     versions_verify = versions_check(nodes, clients)
     gc_check(c, nodes)
     lifecycle_check(c, nodes, clients)
@@ -481,6 +482,45 @@ def resp_check(nodes, key, secret):
                 sys.exit(f"FAIL: RESP DEL {k} through {writer}, still there through {h}")
     print(f"RESP: a SET (1 MiB) through each of {len(hosts)} nodes read back through every "
           "node at once, and its DEL seen everywhere", flush=True)
+
+
+def nfs_check(c, nodes, clients):
+    """A bucket exported over NFS: its handles (MOUNT's root, LOOKUP's directory and
+    file) are the same bytes from every node; a file is read through every node with
+    the handle node 1 gave; a file created and written (FILE_SYNC) through node 2 under
+    node 1's root handle is read over S3 through node 1."""
+    from nfs_rpc import Rpc
+    bucket = "nfs-%d" % random.randrange(1 << 30)
+    clients[1].create_bucket(Bucket=bucket)
+    sh(c.nodectl, "export", "add", "--data", c.data, "root", bucket, "--client", "127.0.0.0/8")
+    data = os.urandom(3_000_001)
+    clients[1].put_object(Bucket=bucket, Key="dir/file", Body=data)
+    time.sleep(3)  # every node reads the exports every 2 s
+    handles, rpcs = {}, {}
+    for n in nodes:
+        host, port = n["nfs"].rsplit(":", 1)
+        rpc = rpcs[n["node"]] = Rpc(host, int(port))
+        root = rpc.mount(f"/root/{bucket}")
+        d = rpc.lookup(root, "dir")
+        handles[n["node"]] = (root, d, rpc.lookup(d, "file"))
+    first = handles[nodes[0]["node"]]
+    differ = [k for k, h in handles.items() if h != first]
+    if differ:
+        sys.exit(f"FAIL: NFS handles differ between node {nodes[0]['node']} and nodes {differ}")
+    for k, rpc in rpcs.items():
+        if rpc.read_all(first[2]) != data:
+            sys.exit(f"FAIL: NFS READ through node {k} with node 1's handle: other bytes")
+    written = os.urandom(1 << 20)
+    fh = rpcs[nodes[1]["node"]].create(first[0], "from-nfs")
+    rpcs[nodes[1]["node"]].write_sync(fh, 0, written)
+    got = clients[1].get_object(Bucket=bucket, Key="from-nfs")["Body"].read()
+    if got != written:
+        sys.exit("FAIL: a file written over NFS through node 2 reads otherwise over S3 through node 1")
+    for rpc in rpcs.values():
+        rpc.close()
+    print(f"NFS: root, directory and file handles identical from all {len(nodes)} nodes; "
+          "the file read through every node with node 1's handle; a file written through "
+          "node 2 read over S3 through node 1", flush=True)
 
 
 def wait_protected(c, node, timeout, after, also=lambda: True):
