@@ -9,7 +9,7 @@ use cairn_adminapi::{AdminClient, ExportSpec, QuotaSpec};
 use cairn_it::nfs::{at, call_with_xid, raw_handle, reply_status, Mount};
 use cairn_it::{free_addr, md5_hex, random_bytes, Node, NodeOptions};
 use nfs3_client::nfs3_types::nfs3::{
-    nfsstat3, sattr3, stable_how, Nfs3Option, REMOVE3args, RENAME3args,
+    nfsstat3, sattr3, stable_how, LINK3args, Nfs3Option, REMOVE3args, RENAME3args,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -596,6 +596,7 @@ async fn exports_are_sealed_by_tenant_and_network() {
 async fn a_resent_call_hears_its_first_answer() {
     const REMOVE: u32 = 12;
     const RENAME: u32 = 14;
+    const LINK: u32 = 15;
     let s = setup("resend").await;
     let mut m = Mount::new(s.nfs, "/root/resend", LOCAL).await.unwrap();
     let root = m.root.clone();
@@ -649,4 +650,12 @@ async fn a_resent_call_hears_its_first_answer() {
     );
     assert_eq!(keys(&s.node, "resend", "").await, vec!["c".to_string()]);
     assert_eq!(get(&s.node, "resend", "c").await, b"b");
+    // A hard link is refused as RFC 1813 says, not as a missing procedure.
+    let c_fh = m.lookup(&root, "c").await.unwrap();
+    let link = LINK3args {
+        file: c_fh,
+        link: at(&root, "c2"),
+    };
+    let r = call_with_xid(&mut c, 7004, LINK, &link).await.unwrap();
+    assert_eq!(reply_status(&r), nfsstat3::NFS3ERR_NOTSUPP as u32, "LINK");
 }

@@ -64,10 +64,11 @@ where
         NFSPROC3_SYMLINK => handle(context, message, nfsproc3_symlink).await,
         NFSPROC3_READLINK => handle(context, message, nfsproc3_readlink).await,
         NFSPROC3_COMMIT => handle(context, message, nfsproc3_commit).await,
-        NFSPROC3_MKNOD | NFSPROC3_LINK => {
-            warn!("Unimplemented message {proc}");
-            message.into_error_reply(accept_stat_data::PROC_UNAVAIL)
-        }
+        // Cairn: NOTSUPP, as RFC 1813 says a server without hard links or
+        // device files answers (upstream answered PROC_UNAVAIL, an RPC-level
+        // error that tells a client the whole procedure is missing).
+        NFSPROC3_MKNOD => handle(context, message, nfsproc3_mknod).await,
+        NFSPROC3_LINK => handle(context, message, nfsproc3_link).await,
     }
 }
 
@@ -1028,4 +1029,33 @@ where
         mtime: v.mtime,
         ctime: v.ctime,
     })
+}
+
+/// Cairn: hard links are not supported (a key has one name).
+#[allow(clippy::unused_async)]
+async fn nfsproc3_link<T>(_context: RPCContext<T>, _xid: u32, _args: LINK3args<'_>) -> LINK3res
+where
+    T: NfsFileSystem,
+{
+    LINK3res::Err((
+        nfsstat3::NFS3ERR_NOTSUPP,
+        LINK3resfail {
+            file_attributes: post_op_attr::None,
+            linkdir_wcc: wcc_data::default(),
+        },
+    ))
+}
+
+/// Cairn: device files, sockets and FIFOs are not supported.
+#[allow(clippy::unused_async)]
+async fn nfsproc3_mknod<T>(_context: RPCContext<T>, _xid: u32, _args: MKNOD3args<'_>) -> MKNOD3res
+where
+    T: NfsFileSystem,
+{
+    MKNOD3res::Err((
+        nfsstat3::NFS3ERR_NOTSUPP,
+        MKNOD3resfail {
+            dir_wcc: wcc_data::default(),
+        },
+    ))
 }
