@@ -4,8 +4,9 @@
 
 use nfs3_client::nfs3_types::nfs3::{
     cookieverf3, createhow3, diropargs3, fattr3, filename3, nfs_fh3, nfsstat3, sattr3, stable_how,
-    COMMIT3args, CREATE3args, GETATTR3args, LOOKUP3args, MKDIR3args, Nfs3Option, Nfs3Result,
-    READ3args, READDIRPLUS3args, REMOVE3args, RENAME3args, RMDIR3args, SETATTR3args, WRITE3args,
+    COMMIT3args, CREATE3args, FSSTAT3args, FSSTAT3resok, GETATTR3args, LOOKUP3args, MKDIR3args,
+    Nfs3Option, Nfs3Result, READ3args, READDIRPLUS3args, REMOVE3args, RENAME3args, RMDIR3args,
+    SETATTR3args, WRITE3args,
 };
 use nfs3_client::nfs3_types::rpc::{
     call_body, fragment_header, msg_body, opaque_auth, rpc_msg, RPC_VERSION_2,
@@ -250,6 +251,14 @@ impl Mount {
             .await
             .expect("rpc"))
         .map(|_| ())
+    }
+
+    /// FSSTAT of the export (the root's handle): total and free bytes, files.
+    pub async fn fsstat(&mut self) -> Res<FSSTAT3resok> {
+        let args = FSSTAT3args {
+            fsroot: self.root.clone(),
+        };
+        ok(self.conn.fsstat(&args).await.expect("rpc"))
     }
 
     pub async fn rmdir(&mut self, dir: &nfs_fh3, n: &str) -> Res<()> {

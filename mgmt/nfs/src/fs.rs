@@ -13,8 +13,11 @@ use bytes::Bytes;
 use cairn_meta::{ObjectRecord, Precondition};
 use cairn_objects::{ObjectAttrs, ObjectError, ObjectStore};
 use futures::TryStreamExt;
-use nfs3_server::nfs3_types::nfs3::{fattr3, filename3, nfspath3, nfsstat3};
-use nfs3_server::vfs::{NfsReadFileSystem, ReadDirPlusIterator};
+use nfs3_server::nfs3_types::nfs3::{
+    fattr3, filename3, nfspath3, nfsstat3, nfstime3, FSINFO3resok as fsinfo3, Nfs3Option,
+    FSF3_CANSETTIME, FSF3_HOMOGENEOUS,
+};
+use nfs3_server::vfs::{FsSpace, NfsReadFileSystem, ReadDirPlusIterator};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -458,6 +461,68 @@ impl NfsReadFileSystem for CairnFs {
 
     async fn readlink(&self, _id: &Handle) -> Res<nfspath3<'_>> {
         Err(nfsstat3::NFS3ERR_NOTSUPP)
+    }
+
+    /// The bucket's quota, less what it holds, when it has one (so `df` on a
+    /// mount shows what the tenant may still write); else the protocol
+    /// crate's fixed figures.
+    async fn fsstat(&self, root: &Handle) -> Res<FsSpace> {
+        const UNBOUNDED: FsSpace = FsSpace {
+            tbytes: 1 << 40,
+            fbytes: 1 << 40,
+            tfiles: 1 << 30,
+            ffiles: 1 << 30,
+        };
+        if root.kind() == Kind::Top {
+            return Ok(UNBOUNDED);
+        }
+        let ex = self.export(root)?;
+        let store = &self.shared.store;
+        let quota = store
+            .bucket(ex.tenant, &ex.bucket)
+            .await
+            .map_err(|e| status(&e))?
+            .quota;
+        let used = store
+            .meta()
+            .bucket_usage(&cairn_meta::bucket_id(ex.tenant, &ex.bucket))
+            .map_err(|_| nfsstat3::NFS3ERR_IO)?;
+        let (tbytes, tfiles) = (
+            quota.max_bytes.unwrap_or(UNBOUNDED.tbytes.max(used.bytes)),
+            quota
+                .max_objects
+                .unwrap_or(UNBOUNDED.tfiles.max(used.objects)),
+        );
+        Ok(FsSpace {
+            tbytes,
+            fbytes: tbytes.saturating_sub(used.bytes),
+            tfiles,
+            ffiles: tfiles.saturating_sub(used.objects),
+        })
+    }
+
+    /// Upstream's, without FSF3_SYMLINK: symlinks are not supported here.
+    async fn fsinfo(&self, root: &Handle) -> Res<fsinfo3> {
+        let obj_attributes = match self.getattr(root).await {
+            Ok(a) => Nfs3Option::Some(a),
+            Err(_) => Nfs3Option::None,
+        };
+        Ok(fsinfo3 {
+            obj_attributes,
+            rtmax: crate::MAX_READ as u32,
+            rtpref: crate::MAX_READ as u32,
+            rtmult: crate::MAX_READ as u32,
+            wtmax: 1 << 20,
+            wtpref: 1 << 20,
+            wtmult: 1 << 20,
+            dtpref: 1 << 20,
+            maxfilesize: crate::MAX_FILE_SIZE,
+            time_delta: nfstime3 {
+                seconds: 0,
+                nseconds: 1_000_000,
+            },
+            properties: FSF3_HOMOGENEOUS | FSF3_CANSETTIME,
+        })
     }
 }
 

@@ -543,6 +543,28 @@ async fn exports_are_sealed_by_tenant_and_network() {
     export(api, "acme", "small", &["127.0.0.1/32"], false).await;
     let mut small = Mount::new(s.nfs, "/acme/small", LOCAL).await.unwrap();
     let root = small.root.clone();
+    // `df` on the mount shows the quota, less what the bucket holds.
+    alice
+        .put_object()
+        .bucket("small")
+        .key("seed")
+        .body(vec![7u8; 100_000].into())
+        .send()
+        .await
+        .unwrap();
+    let st = small.fsstat().await.unwrap();
+    assert_eq!(
+        (st.tbytes, st.fbytes, st.abytes),
+        (1 << 20, (1 << 20) - 100_000, (1 << 20) - 100_000),
+        "FSSTAT under a 1 MiB quota with 100 000 bytes held"
+    );
+    alice
+        .delete_object()
+        .bucket("small")
+        .key("seed")
+        .send()
+        .await
+        .unwrap();
     let f = small.create(&root, "big").await.unwrap();
     // Another client's read makes the flush fail, and must not take the
     // failure away from the writer's COMMIT.

@@ -10,7 +10,6 @@ use crate::context::RPCContext;
 use crate::nfs_ext::{BoundedEntryPlusList, CookieVerfExt};
 use crate::rpcwire::handle;
 use crate::rpcwire::messages::{HandleResult, IncomingRpcMessage};
-use crate::units::{GIBIBYTE, TEBIBYTE};
 use crate::vfs::{NextResult, NfsFileSystem, VFSCapabilities};
 
 #[allow(clippy::enum_glob_use)]
@@ -247,15 +246,28 @@ where
     let handle = args.fsroot;
     let id = fh_to_id!(context, &handle);
     let obj_attr = nfs_option_from_result(context.vfs.getattr(&id).await);
+    // Cairn: the file system's own figures (a bucket's quota), and no promise
+    // that they hold still (invarsec 0).
+    let space = match context.vfs.fsstat(&id).await {
+        Ok(space) => space,
+        Err(stat) => {
+            return FSSTAT3res::Err((
+                stat,
+                FSSTAT3resfail {
+                    obj_attributes: obj_attr,
+                },
+            ));
+        }
+    };
     let fsstat = FSSTAT3resok {
         obj_attributes: obj_attr,
-        tbytes: TEBIBYTE,
-        fbytes: TEBIBYTE,
-        abytes: TEBIBYTE,
-        tfiles: GIBIBYTE,
-        ffiles: GIBIBYTE,
-        afiles: GIBIBYTE,
-        invarsec: u32::MAX,
+        tbytes: space.tbytes,
+        fbytes: space.fbytes,
+        abytes: space.fbytes,
+        tfiles: space.tfiles,
+        ffiles: space.ffiles,
+        afiles: space.ffiles,
+        invarsec: 0,
     };
 
     debug!("fsstat success {xid} --> {fsstat:?}");

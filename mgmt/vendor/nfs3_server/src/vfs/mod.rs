@@ -33,7 +33,7 @@ use crate::nfs3_types::nfs3::{
     filename3, nfspath3, nfsstat3, nfstime3, post_op_attr, sattr3, stable_how,
 };
 use crate::nfs3_types::rpc::auth_unix;
-use crate::units::{GIBIBYTE, MEBIBYTE};
+use crate::units::{GIBIBYTE, MEBIBYTE, TEBIBYTE};
 use crate::vfs::adapters::ReadDirPlusToReadDir;
 
 /// What capabilities are supported
@@ -145,6 +145,23 @@ pub trait NfsReadFileSystem: Send + Sync {
         id: &Self::Handle,
     ) -> impl Future<Output = Result<nfspath3<'_>, nfsstat3>> + Send;
 
+    /// Cairn: the space and files left (FSSTAT), for `df` on a mount. By
+    /// default upstream's fixed figures: 1 TiB free and 2^30 files.
+    fn fsstat(
+        &self,
+        root_fileid: &Self::Handle,
+    ) -> impl Future<Output = Result<FsSpace, nfsstat3>> + Send {
+        let _ = root_fileid;
+        async move {
+            Ok(FsSpace {
+                tbytes: TEBIBYTE,
+                fbytes: TEBIBYTE,
+                tfiles: GIBIBYTE,
+                ffiles: GIBIBYTE,
+            })
+        }
+    }
+
     /// Get static file system Information
     fn fsinfo(
         &self,
@@ -175,6 +192,16 @@ pub trait NfsReadFileSystem: Send + Sync {
             Ok(res)
         }
     }
+}
+
+/// Cairn: what FSSTAT reports: total and free bytes and files (the free are
+/// also what is available to the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsSpace {
+    pub tbytes: u64,
+    pub fbytes: u64,
+    pub tfiles: u64,
+    pub ffiles: u64,
 }
 
 /// Write file system interface
