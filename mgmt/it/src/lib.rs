@@ -332,6 +332,21 @@ impl Node {
         self.start_mgmtd();
     }
 
+    /// mgmtd's resident memory in MiB (from /proc), if it runs.
+    pub fn mgmtd_rss_mib(&self) -> Option<u64> {
+        let pid = self.mgmtd.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib / 1024)
+    }
+
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.s3_addr)
     }

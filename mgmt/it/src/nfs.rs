@@ -210,6 +210,16 @@ impl Mount {
         }
     }
 
+    /// Up to `count` bytes of `h` at `offset`.
+    pub async fn read(&mut self, h: &nfs_fh3, offset: u64, count: u32) -> Res<Vec<u8>> {
+        let args = READ3args {
+            file: h.clone(),
+            offset,
+            count,
+        };
+        ok(self.conn.read(&args).await.expect("rpc")).map(|r| r.data.to_vec())
+    }
+
     /// The names in `dir`, read in replies of at most `maxcount` bytes.
     pub async fn names(&mut self, dir: &nfs_fh3, maxcount: u32) -> Res<Vec<String>> {
         let (mut out, mut cookie, mut verf) = (Vec::new(), 0, cookieverf3::default());
@@ -286,7 +296,36 @@ pub async fn call_with_xid<A: Pack>(
     procedure: u32,
     args: &A,
 ) -> std::io::Result<Vec<u8>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
+    send_call(stream, xid, procedure, args).await?;
+    let read = async {
+        let mut head = [0u8; 4];
+        stream.read_exact(&mut head).await?;
+        let len = u32::from_be_bytes(head) & 0x7fff_ffff;
+        let mut reply = vec![0u8; len as usize];
+        stream.read_exact(&mut reply).await?;
+        Ok(reply)
+    };
+    // A server that drops the call never answers it.
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in 10 s"))?
+}
+
+/// The NFS status of an accepted, successful RPC reply (the word after its
+/// 24-byte header with an empty verifier).
+pub fn reply_status(reply: &[u8]) -> u32 {
+    u32::from_be_bytes(reply[24..28].try_into().expect("a reply with a status"))
+}
+
+/// Sends one NFS call with a chosen xid as raw RPC on `stream`, reading nothing.
+pub async fn send_call<A: Pack>(
+    stream: &mut TcpStream,
+    xid: u32,
+    procedure: u32,
+    args: &A,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
     let msg = rpc_msg {
         xid,
         body: msg_body::CALL(call_body {
@@ -306,23 +345,5 @@ pub async fn call_with_xid<A: Pack>(
         .pack(&mut record)
         .expect("packs into memory");
     record.extend_from_slice(&body);
-    stream.write_all(&record).await?;
-    let read = async {
-        let mut head = [0u8; 4];
-        stream.read_exact(&mut head).await?;
-        let len = u32::from_be_bytes(head) & 0x7fff_ffff;
-        let mut reply = vec![0u8; len as usize];
-        stream.read_exact(&mut reply).await?;
-        Ok(reply)
-    };
-    // A server that drops the call never answers it.
-    tokio::time::timeout(std::time::Duration::from_secs(10), read)
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply in 10 s"))?
-}
-
-/// The NFS status of an accepted, successful RPC reply (the word after its
-/// 24-byte header with an empty verifier).
-pub fn reply_status(reply: &[u8]) -> u32 {
-    u32::from_be_bytes(reply[24..28].try_into().expect("a reply with a status"))
+    stream.write_all(&record).await
 }

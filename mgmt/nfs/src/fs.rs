@@ -431,7 +431,17 @@ impl NfsReadFileSystem for CairnFs {
                 readahead::start(fetch(store.clone(), tenant, rec.clone(), from, to))
             });
         let (parts, at) = match plan {
-            Plan::Window { start, bytes } => (bytes.await?, offset - start),
+            Plan::Window { start, bytes } => match bytes.await {
+                Ok(parts) => (parts, offset - start),
+                // A window whose fetch failed (the datapath restarting, a
+                // drive briefly gone) must not answer every READ after it with
+                // its error: the file's windows are dropped, and this READ
+                // asks the store itself.
+                Err(_) => {
+                    self.shared.readahead.forget(ex.id, &key);
+                    (fetch(store.clone(), tenant, rec, offset, end).await?, 0)
+                }
+            },
             Plan::Direct => (fetch(store.clone(), tenant, rec, offset, end).await?, 0),
         };
         let len = (end - offset) as usize;

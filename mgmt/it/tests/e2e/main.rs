@@ -15,6 +15,7 @@ mod kv;
 mod metrics;
 mod nfs;
 mod nfs_exports;
+mod nfs_faults;
 mod page;
 mod qos;
 mod repair;

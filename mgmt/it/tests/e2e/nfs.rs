@@ -15,15 +15,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+pub(crate) const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
-struct Setup {
-    node: Node,
-    nfs: SocketAddr,
-    api: AdminClient,
+pub(crate) struct Setup {
+    pub(crate) node: Node,
+    pub(crate) nfs: SocketAddr,
+    pub(crate) api: AdminClient,
 }
 
-async fn setup(bucket: &str) -> Setup {
+pub(crate) async fn setup(bucket: &str) -> Setup {
     let nfs = free_addr();
     let node = Node::start(NodeOptions {
         mgmtd_env: vec![("CAIRN_NFS", nfs)],
@@ -56,7 +56,7 @@ async fn export(api: &AdminClient, tenant: &str, bucket: &str, clients: &[&str],
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
 }
 
-async fn get(node: &Node, bucket: &str, key: &str) -> Vec<u8> {
+pub(crate) async fn get(node: &Node, bucket: &str, key: &str) -> Vec<u8> {
     let o = node
         .client()
         .get_object()

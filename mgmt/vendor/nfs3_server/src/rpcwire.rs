@@ -5,13 +5,13 @@ use std::time::Instant;
 use anyhow::anyhow;
 use messages::{CompleteRpcMessage, HandleResult, IncomingRpcMessage, PackedRpcMessage};
 use nfs3_types::rpc::{
-    RPC_VERSION_2, accept_stat_data, auth_flavor, auth_stat, auth_unix, call_body, fragment_header,
+    RPC_VERSION_2, accept_stat_data, auth_flavor, auth_stat, auth_unix, fragment_header,
 };
 use nfs3_types::xdr_codec::{Pack, Unpack};
 use nfs3_types::{nfs3 as nfs, portmap};
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
-use tracing::{error, info, trace, warn};
+use tracing::{debug, error, trace, warn};
 
 use crate::context::RPCContext;
 use crate::transaction_tracker::{self, CallKey, TransactionError, TransactionLock};
@@ -64,21 +64,21 @@ where
         proc_: call.proc,
         digest: message.digest(),
     };
-    let mut transaction = match lock_transaction(
-        &context.transaction_tracker,
-        &context.client_addr,
-        xid,
-        key,
-        call,
-    ) {
-        Ok(lock) => lock,
-        Err(Retransmission::Answer(reply)) => {
-            return Ok(HandleResult::Reply(CompleteRpcMessage::from_kept(reply)));
+    // Cairn: only calls that change state are tracked; any other call resent
+    // is simply handled again (upstream dropped every resend unanswered, and
+    // a READ whose reply was lost went unanswered for minutes).
+    let mut transaction = if changes_state(key) {
+        match lock_transaction(&context.transaction_tracker, &context.client_addr, xid, key) {
+            Ok(lock) => Some(lock),
+            Err(Retransmission::Answer(reply)) => {
+                return Ok(HandleResult::Reply(CompleteRpcMessage::from_kept(reply)));
+            }
+            // Still being handled: its reply will go out.
+            Err(Retransmission::Drop) => return Ok(HandleResult::NoReply),
+            Err(Retransmission::Refuse(err)) => return message.into_error_reply(err),
         }
-        // Still being handled (its reply will go out), or answered with a
-        // reply not kept: nothing is done twice.
-        Err(Retransmission::Drop) => return Ok(HandleResult::NoReply),
-        Err(Retransmission::Refuse(err)) => return message.into_error_reply(err),
+    } else {
+        None
     };
 
     let result = match prog {
@@ -94,10 +94,8 @@ where
             message.into_error_reply(accept_stat_data::PROG_UNAVAIL)
         }
     };
-    if let Ok(HandleResult::Reply(reply)) = &result
-        && changes_state(key)
-    {
-        transaction.keep_reply(reply.as_bytes());
+    if let (Ok(HandleResult::Reply(reply)), Some(t)) = (&result, transaction.as_mut()) {
+        t.keep_reply(reply.as_bytes());
     }
     result
 }
@@ -158,7 +156,7 @@ where
 enum Retransmission {
     /// A retransmission answered with its first handling's reply.
     Answer(Vec<u8>),
-    /// A retransmission not answered.
+    /// A retransmission of a call still being handled, not answered.
     Drop,
     /// Refused (too many calls in progress).
     Refuse(accept_stat_data),
@@ -169,21 +167,22 @@ fn lock_transaction(
     client_addr: &str,
     xid: u32,
     key: CallKey,
-    call: &call_body<'_>,
 ) -> Result<TransactionLock, Retransmission> {
     let transaction = transaction_tracker.start_transaction(client_addr, xid, key, Instant::now());
 
     match transaction {
         Ok(lock) => Ok(lock),
+        // Cairn: at debug level and without the call (credentials and all):
+        // a client resending in a loop made 45 MB/s of log at info level.
         Err(TransactionError::AlreadyExists(reply)) => {
-            info!(
-                "Retransmission detected, xid: {xid}, client_addr: {client_addr}, call: {call:?}, answered again: {}",
+            debug!(
+                "retransmission, xid {xid} from {client_addr}: answered again {}",
                 reply.is_some()
             );
             Err(reply.map_or(Retransmission::Drop, Retransmission::Answer))
         }
         Err(TransactionError::TooManyRequests) => {
-            warn!("Too many requests, xid: {xid}, client_addr: {client_addr}, call: {call:?}",);
+            warn!("too many requests in progress from {client_addr} (xid {xid})");
 
             Err(Retransmission::Refuse(accept_stat_data::SYSTEM_ERR))
         }
@@ -206,7 +205,9 @@ pub async fn write_fragment<IO: tokio::io::AsyncWrite + Unpin>(
     Ok(())
 }
 
-pub type SocketMessageType = Result<CompleteRpcMessage, anyhow::Error>;
+/// A reply, with the in-flight permit of its request (Cairn), or an error.
+pub type SocketMessageType =
+    Result<(CompleteRpcMessage, tokio::sync::OwnedSemaphorePermit), anyhow::Error>;
 
 /// The Socket Message Handler reads from a `TcpStream` and spawns off
 /// subtasks to handle each message. replies are queued into the
@@ -217,9 +218,9 @@ pub struct SocketMessageHandler<T: NfsFileSystem + 'static> {
     socket_receive_channel: DuplexStream,
     reply_send_channel: mpsc::UnboundedSender<SocketMessageType>,
     context: RPCContext<T>,
-    // Cairn: requests of this connection being handled at once; past it the
-    // socket is not read (a client pipelining without end is slowed, not fed
-    // memory).
+    // Cairn: requests of this connection being handled or waiting for their
+    // replies to be written; past it the socket is not read (a client
+    // pipelining without end, or never reading, is slowed, not fed memory).
     in_flight: Arc<tokio::sync::Semaphore>,
 }
 
@@ -272,12 +273,15 @@ where
             let send = self.reply_send_channel.clone();
             let permit = self.in_flight.clone().acquire_owned().await?;
             tokio::spawn(async move {
-                let _permit = permit;
                 let result = handle_rpc_message(context, message).await;
 
                 match result {
+                    // Cairn: the permit goes with the reply and is let go once
+                    // the reply is written: a client that sends and never reads
+                    // holds at most MAX_IN_FLIGHT replies in memory, where
+                    // upstream queued every reply without bound.
                     Ok(HandleResult::Reply(reply)) => {
-                        let _ = send.send(Ok(reply));
+                        let _ = send.send(Ok((reply, permit)));
                     }
                     Ok(HandleResult::NoReply) => {
                         // No reply needed

@@ -95,7 +95,7 @@ where
                         debug!("Message handling closed : {e}");
                         return Err(e);
                     }
-                    Some(Ok(msg)) => {
+                    Some(Ok((msg, _in_flight))) => {
                         if let Err(e) = write_fragment(&mut socket, msg).await {
                             error!("Write error {e}");
                         }
@@ -261,7 +261,10 @@ impl<T: NfsFileSystem + 'static> NFSTcpListener<T> {
         // client's reconnect and resend (Linux waits `timeo`, 60 s, by default).
         const TRANSACTION_LIFETIME: Duration = Duration::from_secs(120);
         const MAX_ACTIVE_TRANSACTIONS: u16 = 256;
-        const TRANSACTION_TRIM_THRESHOLD: usize = 2048;
+        // Cairn: 16384 (upstream's 2048): only calls that change state are
+        // tracked now, and a client must not push a kept reply out within
+        // the two minutes a resend may take.
+        const TRANSACTION_TRIM_THRESHOLD: usize = 16384;
 
         Arc::new(TransactionTracker::new(
             TRANSACTION_LIFETIME,

@@ -186,9 +186,11 @@ impl Transaction {
         self.reply = reply;
     }
 
-    /// Cairn: whether this transaction is done and was another call than `key`.
-    fn is_done_other_than(&self, key: CallKey) -> bool {
-        matches!(self.state, TransactionState::Completed(_)) && self.key.is_some_and(|k| k != key)
+    /// Cairn: whether this transaction is done and cannot answer `key`: it was
+    /// another call, or its reply was not kept.
+    fn is_done_unanswerable(&self, key: CallKey) -> bool {
+        matches!(self.state, TransactionState::Completed(_))
+            && (self.key.is_some_and(|k| k != key) || self.reply.is_none())
     }
 
     /// Cairn: the kept reply, if this transaction is done and was `key`'s call.
@@ -264,8 +266,10 @@ impl ClientTransactions {
         self.last_active = now;
         match self.find_transaction(xid) {
             // Cairn: a done transaction of another call (a client that
-            // restarted, its xids starting over) is this call's, handled anew.
-            Ok(p) if self.transactions[p].is_done_other_than(key) => {
+            // restarted, its xids starting over), or one whose reply was not
+            // kept (too large, or past the budget), is handled anew, as
+            // without a cache; only a call still in progress is dropped.
+            Ok(p) if self.transactions[p].is_done_unanswerable(key) => {
                 if self.active_transactions >= self.max_active_transactions {
                     return Err(TransactionError::TooManyRequests);
                 }
@@ -467,6 +471,10 @@ mod tests {
             "the old reply let go"
         );
         drop(lock);
+        // Done without a kept reply (too large, or past the budget): a resend
+        // is handled anew, not dropped.
+        drop(tracker.start_transaction("c:1", 6, K, now).unwrap());
+        assert!(tracker.start_transaction("c:1", 6, K, now).is_ok());
         tracker.cleanup(now + Duration::from_secs(120));
         assert_eq!(
             tracker.kept.load(AtomicOrdering::Relaxed),
