@@ -319,8 +319,8 @@ pub fn reply_status(reply: &[u8]) -> u32 {
 }
 
 /// Sends one NFS call with a chosen xid as raw RPC on `stream`, reading nothing.
-pub async fn send_call<A: Pack>(
-    stream: &mut TcpStream,
+pub async fn send_call<A: Pack, W: tokio::io::AsyncWrite + Unpin>(
+    stream: &mut W,
     xid: u32,
     procedure: u32,
     args: &A,

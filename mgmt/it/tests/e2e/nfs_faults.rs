@@ -6,12 +6,14 @@
 use crate::nfs::{get, setup, LOCAL};
 use cairn_it::nfs::{at, call_with_xid, reply_status, send_call, Mount};
 use cairn_it::random_bytes;
-use nfs3_client::nfs3_types::nfs3::{GETATTR3args, READ3args, REMOVE3args};
+use nfs3_client::nfs3_types::nfs3::{stable_how, GETATTR3args, READ3args, REMOVE3args, WRITE3args};
+use nfs3_client::nfs3_types::xdr_codec::Opaque;
 use std::time::{Duration, Instant};
 
 const GETATTR: u32 = 1;
 const READ: u32 = 6;
 const REMOVE: u32 = 12;
+const WRITE: u32 = 7;
 
 /// 2000 READs of 1 MiB sent on one connection whose replies are never read:
 /// mgmtd holds at most the replies of the requests it lets in flight (64), not
@@ -147,4 +149,51 @@ async fn a_failed_read_ahead_window_does_not_outlive_the_outage() {
         let got = m.read(&f, i << 20, 1 << 20).await.unwrap();
         assert_eq!(got, &data[(i << 20) as usize..((i + 1) << 20) as usize]);
     }
+}
+
+/// 300 WRITEs of 1 MiB pipelined on one connection, its replies read as they
+/// come (as the Linux client sends): all answered, nothing stalls once more
+/// requests are waiting than the connection may have in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_pipelining_many_writes_hears_every_reply() {
+    use tokio::io::AsyncReadExt;
+    let s = setup("pipeline").await;
+    let mut m = Mount::new(s.nfs, "/root/pipeline", LOCAL).await.unwrap();
+    let root = m.root.clone();
+    let f = m.create(&root, "f").await.unwrap();
+    let (mut rd, mut wr) = tokio::net::TcpStream::connect(s.nfs)
+        .await
+        .unwrap()
+        .into_split();
+    const N: u32 = 300;
+    let replies = tokio::spawn(async move {
+        let mut n = 0;
+        while n < N {
+            let mut head = [0u8; 4];
+            rd.read_exact(&mut head).await.unwrap();
+            let mut reply = vec![0u8; (u32::from_be_bytes(head) & 0x7fff_ffff) as usize];
+            rd.read_exact(&mut reply).await.unwrap();
+            assert_eq!(reply_status(&reply), 0, "WRITE {n}");
+            n += 1;
+        }
+        n
+    });
+    let chunk = random_bytes(1 << 20, 5);
+    for i in 0..N {
+        let args = WRITE3args {
+            file: f.clone(),
+            offset: u64::from(i % 8) << 20,
+            count: 1 << 20,
+            stable: stable_how::UNSTABLE,
+            data: Opaque::borrowed(&chunk),
+        };
+        send_call(&mut wr, 20_000 + i, WRITE, &args).await.unwrap();
+    }
+    let n = tokio::time::timeout(Duration::from_secs(120), replies)
+        .await
+        .expect("every reply within 120 s")
+        .unwrap();
+    assert_eq!(n, N);
+    m.commit(&f).await.unwrap();
+    assert_eq!(m.getattr(&f).await.unwrap().size, 8 << 20);
 }

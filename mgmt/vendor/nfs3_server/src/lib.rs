@@ -36,7 +36,7 @@ pub mod test_reexports {
         context: RPCContext<T>,
     ) -> Result<(), anyhow::Error>
     where
-        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
         T: crate::vfs::NfsFileSystem + 'static,
     {
         crate::tcp::process_socket(socket, context).await

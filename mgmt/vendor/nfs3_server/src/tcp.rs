@@ -53,11 +53,11 @@ pub fn generate_host_ip(hostnum: u16) -> String {
 
 /// processes an established socket
 pub(crate) async fn process_socket<IO, T>(
-    mut socket: IO,
+    socket: IO,
     context: RPCContext<T>,
 ) -> Result<(), anyhow::Error>
 where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     T: NfsFileSystem + 'static,
 {
     let (mut message_handler, mut socksend, mut msgrecvchan) =
@@ -71,10 +71,35 @@ where
             }
         }
     });
+    // Cairn: replies are written by their own task. A request's in-flight
+    // permit is let go only once its reply is written, so the loop reading
+    // the socket must never be what writes replies: blocked handing bytes to
+    // a handler that waits for permits, it would never free one (upstream
+    // wrote replies from this loop, but let permits go when handlers ended).
+    let (mut rd, mut wr) = tokio::io::split(socket);
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    let writer = tokio::spawn(async move {
+        while let Some(reply) = msgrecvchan.recv().await {
+            match reply {
+                Err(e) => {
+                    let _ = stop.send(e);
+                    return;
+                }
+                Ok((msg, _in_flight)) => {
+                    if let Err(e) = write_fragment(&mut wr, msg).await {
+                        error!("Write error {e}");
+                    }
+                }
+            }
+        }
+    });
+    // The writer ends with the connection (a client gone, or one that never
+    // reads, would leave it waiting on the socket).
+    let _abort_writer = AbortOnDrop(writer);
     let mut buf = vec![0u8; 128 * KIBIBYTE as usize].into_boxed_slice();
     loop {
         tokio::select! {
-            result = socket.read(&mut buf) => {
+            result = rd.read(&mut buf) => {
                 match result {
                     Ok(0) => {
                         return Ok(());
@@ -89,23 +114,21 @@ where
                     }
                 }
             },
-            reply = msgrecvchan.recv() => {
-                match reply {
-                    Some(Err(e)) => {
-                        debug!("Message handling closed : {e}");
-                        return Err(e);
-                    }
-                    Some(Ok((msg, _in_flight))) => {
-                        if let Err(e) = write_fragment(&mut socket, msg).await {
-                            error!("Write error {e}");
-                        }
-                    }
-                    None => {
-                        return Err(anyhow::anyhow!("Unexpected socket context termination"));
-                    }
-                }
+            e = &mut stopped => {
+                let e = e.unwrap_or_else(|_| anyhow::anyhow!("Unexpected socket context termination"));
+                debug!("Message handling closed : {e}");
+                return Err(e);
             }
         }
+    }
+}
+
+/// Cairn: aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
