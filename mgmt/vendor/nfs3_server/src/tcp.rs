@@ -63,14 +63,16 @@ where
     let (mut message_handler, mut socksend, mut msgrecvchan) =
         SocketMessageHandler::new(context.clone());
 
-    tokio::spawn(async move {
+    // Cairn: stopped with the connection, so requests a gone client left
+    // buffered are not read and handled one by one for seconds afterwards.
+    let _abort_reader = AbortOnDrop(tokio::spawn(async move {
         loop {
             if let Err(e) = message_handler.read().await {
                 debug!("Message loop broken due to {e}");
                 break;
             }
         }
-    });
+    }));
     // Cairn: replies are written by their own task. A request's in-flight
     // permit is let go only once its reply is written, so the loop reading
     // the socket must never be what writes replies: blocked handing bytes to
@@ -86,8 +88,12 @@ where
                     return;
                 }
                 Ok((msg, _in_flight)) => {
+                    // Cairn: the first failed write ends the writer (upstream
+                    // logged an error for every reply to a gone client).
                     if let Err(e) = write_fragment(&mut wr, msg).await {
-                        error!("Write error {e}");
+                        debug!("write error, connection closed: {e}");
+                        let _ = stop.send(e);
+                        return;
                     }
                 }
             }
