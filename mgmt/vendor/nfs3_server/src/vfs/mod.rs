@@ -152,14 +152,7 @@ pub trait NfsReadFileSystem: Send + Sync {
         root_fileid: &Self::Handle,
     ) -> impl Future<Output = Result<FsSpace, nfsstat3>> + Send {
         let _ = root_fileid;
-        async move {
-            Ok(FsSpace {
-                tbytes: TEBIBYTE,
-                fbytes: TEBIBYTE,
-                tfiles: GIBIBYTE,
-                ffiles: GIBIBYTE,
-            })
-        }
+        async move { Ok(FsSpace::UNBOUNDED) }
     }
 
     /// Get static file system Information
@@ -202,6 +195,17 @@ pub struct FsSpace {
     pub fbytes: u64,
     pub tfiles: u64,
     pub ffiles: u64,
+}
+
+impl FsSpace {
+    /// Upstream's fixed figures, for a file system with no bound to report:
+    /// 1 TiB and 2^30 files, all free.
+    pub const UNBOUNDED: FsSpace = FsSpace {
+        tbytes: TEBIBYTE,
+        fbytes: TEBIBYTE,
+        tfiles: GIBIBYTE,
+        ffiles: GIBIBYTE,
+    };
 }
 
 /// Write file system interface
