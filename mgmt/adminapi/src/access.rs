@@ -131,6 +131,10 @@ actions! {
     TenantSetQos = Put routes::TENANT_QOS, Admin;
     BucketList = Get routes::BUCKETS, Reader;
     BucketSetQuota = Put routes::BUCKET_QUOTA, Admin;
+    SnapshotList = Get routes::SNAPSHOTS, Reader;
+    SnapshotCreate = Post routes::SNAPSHOTS, Operator;
+    /// Deleting a snapshot gives up the only copy of what it kept.
+    SnapshotDelete = Delete routes::SNAPSHOT, Admin;
     ExportList = Get routes::EXPORTS, Reader;
     /// Which networks reach a bucket's data over NFS, where clients are known
     /// by their address alone.

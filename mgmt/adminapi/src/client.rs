@@ -3,9 +3,9 @@
 
 use crate::{
     routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, ExportSpec, ExportView,
-    GcRunQuery, GcStatus, InitRequest, JoinRequest, KeyView, NewKey, NewTenant, NewUser,
-    NodeDrives, NodeRequest, NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled, TenantView,
-    TokenReply, UserView,
+    GcRunQuery, GcStatus, InitRequest, JoinRequest, KeyView, NewKey, NewSnapshot, NewTenant,
+    NewUser, NodeDrives, NodeRequest, NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled,
+    SnapshotView, SnapshotsView, TenantView, TokenReply, UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -592,6 +592,39 @@ impl AdminClient {
     ) -> Result<BucketView, AdminError> {
         let route = routes::fill(routes::BUCKET_QUOTA, &[tenant, bucket]);
         self.call(Method::PUT, &route, |r| r.json(&q)).await
+    }
+
+    /// `GET /v1/tenants/{tenant}/buckets/{bucket}/snapshots`.
+    pub async fn snapshots(&self, tenant: &str, bucket: &str) -> Result<SnapshotsView, AdminError> {
+        let route = routes::fill(routes::SNAPSHOTS, &[tenant, bucket]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `POST /v1/tenants/{tenant}/buckets/{bucket}/snapshots`: snapshot `name`
+    /// of the bucket as it is now.
+    pub async fn create_snapshot(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        name: &str,
+    ) -> Result<SnapshotView, AdminError> {
+        let route = routes::fill(routes::SNAPSHOTS, &[tenant, bucket]);
+        let body = NewSnapshot {
+            name: name.to_string(),
+        };
+        self.call(Method::POST, &route, |r| r.json(&body)).await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}/buckets/{bucket}/snapshots/{snapshot}`.
+    pub async fn delete_snapshot(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        name: &str,
+    ) -> Result<(), AdminError> {
+        let route = routes::fill(routes::SNAPSHOT, &[tenant, bucket, name]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
     }
 
     /// `GET /v1/exports`: every tenant's NFS exports.

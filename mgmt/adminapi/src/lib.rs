@@ -25,6 +25,7 @@ mod kv;
 mod node;
 mod protection;
 mod scrub;
+mod snapshots;
 mod tenants;
 
 #[cfg(feature = "client")]
@@ -48,6 +49,7 @@ pub use kv::{KvPoolView, KvStats, NewKvPool};
 pub use node::{DamageAtOpen, DriveStatus, LifecycleStatus, NodeDrives, NodeStatus, ReactorLoad};
 pub use protection::{ProtectionReport, ProtectionReportView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
+pub use snapshots::{NewSnapshot, SnapshotView, SnapshotsView};
 pub use tenants::{
     BucketView, DeleteTenant, KeyView, NewKey, NewTenant, NewUser, QosFigures, QosSpec, QuotaSpec,
     SetDisabled, TenantView, UserView,
@@ -131,6 +133,12 @@ pub mod routes {
     /// export replaced); `DELETE` → `true`: not exported (also when it was
     /// not). `{tenant}` may be `root`.
     pub const BUCKET_EXPORT: &str = "/v1/tenants/{tenant}/buckets/{bucket}/export";
+    /// `GET` → [`SnapshotsView`](crate::SnapshotsView); `POST`
+    /// [`NewSnapshot`](crate::NewSnapshot) → [`SnapshotView`](crate::SnapshotView).
+    /// `{tenant}` may be `root`.
+    pub const SNAPSHOTS: &str = "/v1/tenants/{tenant}/buckets/{bucket}/snapshots";
+    /// `DELETE` → `true`: the snapshot and what only it kept go.
+    pub const SNAPSHOT: &str = "/v1/tenants/{tenant}/buckets/{bucket}/snapshots/{snapshot}";
     /// `GET` → `Vec<`[`ExportView`](crate::ExportView)`>`: every tenant's NFS
     /// exports, by path.
     pub const EXPORTS: &str = "/v1/exports";

@@ -22,6 +22,7 @@ mod list;
 mod once;
 mod record_cache;
 mod records;
+mod snapshots;
 mod usage;
 mod version_list;
 mod versions;
@@ -37,6 +38,7 @@ pub use identity::{
 pub use list::{After, Listing};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
+pub use snapshots::{valid_name as valid_snapshot_name, MAX_SNAPSHOTS};
 use usage::Delta;
 pub use usage::{Quota, Usage};
 pub use version_list::{noncurrent_ages, ManifestCursor, VersionEntry, VersionListing};
@@ -134,6 +136,15 @@ pub enum MetaError {
     /// The change has no single-step form in a versioned bucket.
     #[error("bucket {bucket} is versioned: {why}")]
     Versioned { bucket: String, why: String },
+    #[error("no such snapshot: {0}")]
+    NoSuchSnapshot(String),
+    #[error("snapshot already exists: {0}")]
+    SnapshotExists(String),
+    #[error("{0}")]
+    InvalidSnapshot(String),
+    /// A bucket with snapshots is not deleted: they would go with it.
+    #[error("bucket {0} has snapshots: delete them first")]
+    HasSnapshots(String),
     /// A node offered a master key other than the one the cluster recorded.
     #[error("the cluster's master key is {cluster}, not {offered}")]
     MasterKeyMismatch { cluster: String, offered: String },
@@ -360,6 +371,18 @@ pub enum Mutation {
         of: WriteId,
         tags: BTreeMap<String, String>,
     },
+    /// Makes snapshot `name` of `bucket` (see [`snapshots`]).
+    CreateSnapshot {
+        bucket: String,
+        name: String,
+        /// The proposer's clock, so every replica records the same.
+        created_ms: i64,
+    },
+    /// Deletes snapshot `name` of `bucket` and what only it kept.
+    DeleteSnapshot {
+        bucket: String,
+        name: String,
+    },
     /// Changes one part of a bucket's configuration.
     ChangeBucket {
         name: String,
@@ -457,6 +480,12 @@ struct Dump {
     /// Noncurrent versions and delete markers: (bucket, key, !seq, record).
     #[serde(default)]
     versions: Vec<(String, String, u64, Vec<u8>)>,
+    /// Versions kept for snapshots: (bucket, key, ended, record).
+    #[serde(default)]
+    kept: Vec<(String, String, u64, Vec<u8>)>,
+    /// Which kept versions hold each extent.
+    #[serde(default)]
+    held: Vec<(u128, Vec<u8>)>,
 }
 
 struct Job {
@@ -534,6 +563,8 @@ impl MetaStore {
             tx.open_table(admin::BMCS)?;
             tx.open_table(admin::SSH_KEYS)?;
             tx.open_table(admin::ADMIN_CERTS)?;
+            tx.open_table(snapshots::KEPT)?;
+            tx.open_table(snapshots::HELD)?;
             usage::rebuild(&tx, false)?;
             tx.commit()?;
         }
@@ -656,6 +687,16 @@ impl MetaStore {
             dump.versions
                 .push((b.to_string(), key.to_string(), n, v.value().to_vec()));
         }
+        for e in tx.open_table(snapshots::KEPT)?.iter()? {
+            let (k, v) = e?;
+            let (b, key, n) = k.value();
+            dump.kept
+                .push((b.to_string(), key.to_string(), n, v.value().to_vec()));
+        }
+        for e in tx.open_table(snapshots::HELD)?.iter()? {
+            let (k, v) = e?;
+            dump.held.push((k.value(), v.value().to_vec()));
+        }
         dump.identity = identity::IdentityDump::export(&tx)?;
         dump.admin = Some(admin::AdminDump::export(&tx)?);
         let bytes = serde_json::to_vec(&dump)?;
@@ -672,6 +713,8 @@ impl MetaStore {
         tx.delete_table(UPLOADS)?;
         tx.delete_table(PARTS)?;
         tx.delete_table(VERSIONS)?;
+        tx.delete_table(snapshots::KEPT)?;
+        tx.delete_table(snapshots::HELD)?;
         tx.delete_table(SYSTEM)?;
         tx.delete_table(once::REQUESTS)?;
         tx.delete_table(once::REQUEST_ORDER)?;
@@ -696,6 +739,14 @@ impl MetaStore {
             for (b, k, n, v) in &dump.versions {
                 t.insert((b.as_str(), k.as_str(), *n), v.as_slice())?;
             }
+            let mut t = tx.open_table(snapshots::KEPT)?;
+            for (b, k, n, v) in &dump.kept {
+                t.insert((b.as_str(), k.as_str(), *n), v.as_slice())?;
+            }
+            let mut t = tx.open_table(snapshots::HELD)?;
+            for (id, v) in &dump.held {
+                t.insert(*id, v.as_slice())?;
+            }
             let mut t = tx.open_table(SYSTEM)?;
             for (k, v) in &dump.system {
                 t.insert(k.as_str(), v.as_slice())?;
@@ -716,8 +767,9 @@ impl MetaStore {
         Ok(())
     }
 
-    /// Every object manifest, current objects and noncurrent versions alike,
-    /// for the repair scanner (a consistent snapshot).
+    /// Every object manifest, current objects, noncurrent versions and
+    /// versions kept for snapshots alike, for the repair scanner (a consistent
+    /// snapshot).
     pub fn all_objects(&self) -> Result<Vec<(String, String, ObjectRecord)>, MetaError> {
         let tx = self.db.begin_read()?;
         let mut out = Vec::new();
@@ -734,6 +786,14 @@ impl MetaStore {
             let (k, v) = e?;
             let (b, key, _) = k.value();
             if let Version::Object(o) = serde_json::from_slice(v.value())? {
+                out.push((b.to_string(), key.to_string(), *o));
+            }
+        }
+        for e in tx.open_table(snapshots::KEPT)?.iter()? {
+            let (k, v) = e?;
+            let (b, key, _) = k.value();
+            let kept: snapshots::Kept = serde_json::from_slice(v.value())?;
+            if let Version::Object(o) = kept.version {
                 out.push((b.to_string(), key.to_string(), *o));
             }
         }
@@ -865,8 +925,8 @@ impl MetaStore {
         Ok(tx.open_table(OBJECTS)?.len()?)
     }
 
-    /// Every extent referenced by an object, a noncurrent version or a part: what
-    /// the collector must keep.
+    /// Every extent referenced by an object, a noncurrent version, a version
+    /// kept for a snapshot or a part: what the collector must keep.
     /// Calls `f` with every extent a manifest or an upload's part references, all
     /// read in one transaction (one consistent state).
     pub fn for_each_extent(&self, mut f: impl FnMut(&Extent)) -> Result<(), MetaError> {
@@ -879,6 +939,13 @@ impl MetaStore {
         for e in tx.open_table(VERSIONS)?.iter()? {
             let (_, v) = e?;
             if let Version::Object(o) = serde_json::from_slice(v.value())? {
+                o.extents.iter().for_each(&mut f);
+            }
+        }
+        for e in tx.open_table(snapshots::KEPT)?.iter()? {
+            let (_, v) = e?;
+            let kept: snapshots::Kept = serde_json::from_slice(v.value())?;
+            if let Version::Object(o) = kept.version {
                 o.extents.iter().for_each(&mut f);
             }
         }
@@ -1015,6 +1082,8 @@ fn purge_tenant(
         for o in versions::drop_bucket(tx, &name)? {
             freed.extend(o.extents);
         }
+        // Versions kept for its snapshots: left to the collector.
+        snapshots::drop_unseen(tx, None, &name, &[])?;
         freed.extend(drop_uploads(tx, &name)?);
         buckets.remove(name.as_str())?;
         usage::forget_bucket(tx, tenant, &name)?;
@@ -1044,6 +1113,13 @@ fn rewrite(
 }
 
 fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError> {
+    let mut applied = apply_change(tx, m)?;
+    // Whatever a change frees, a version kept for a snapshot may still hold.
+    snapshots::spare_held(tx, &mut applied.freed)?;
+    Ok(applied)
+}
+
+fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError> {
     let mut buckets = tx.open_table(BUCKETS)?;
     let mut objects = tx.open_table(OBJECTS)?;
     let need_bucket = |buckets: &redb::Table<&str, &[u8]>, b: &str| -> Result<(), MetaError> {
@@ -1090,6 +1166,14 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             // S3: a bucket with versions left, delete markers included, is not empty.
             if versions::any_in(tx, name)? {
                 return Err(MetaError::BucketNotEmpty(name.clone()));
+            }
+            if let Some(v) = buckets.get(name.as_str())? {
+                if !serde_json::from_slice::<BucketRecord>(v.value())?
+                    .snapshots
+                    .is_empty()
+                {
+                    return Err(MetaError::HasSnapshots(name.clone()));
+                }
             }
             // Uploads in progress are aborted with the bucket; their parts freed.
             let freed = drop_uploads(tx, name)?;
@@ -1409,6 +1493,14 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             };
             rewrite(&mut objects, bucket, key, record)
         }
+        Mutation::CreateSnapshot {
+            bucket,
+            name,
+            created_ms,
+        } => snapshots::create(tx, &mut buckets, bucket, name, *created_ms),
+        Mutation::DeleteSnapshot { bucket, name } => {
+            snapshots::delete(tx, &mut buckets, &objects, bucket, name)
+        }
         Mutation::ChangeBucket { name, change } => {
             let mut b: BucketRecord = match buckets.get(name.as_str())? {
                 Some(v) => serde_json::from_slice(v.value())?,
@@ -1432,41 +1524,26 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             written_in,
         } => {
             gc::check_written_in(tx, *written_in)?;
+            // Versions kept for snapshots that share the extent move with it.
+            let kept = snapshots::move_fragments(tx, *extent, moves)?;
             let mut versions = tx.open_table(VERSIONS)?;
             // The current object, or else the noncurrent version, that holds the extent.
             let (mut record, noncurrent) = match get_object(&objects, bucket, key)? {
                 Some(r) if r.extents.iter().any(|e| e.id == *extent) => (r, None),
                 _ => match versions::holding_extent(&versions, bucket, key, *extent)? {
                     Some((k, r)) => (r, Some(k)),
+                    None if kept => return Ok(Applied::default()),
                     None => return Err(MetaError::PreconditionFailed),
                 },
             };
             let Some(ext) = record.extents.iter_mut().find(|e| e.id == *extent) else {
                 return Err(MetaError::PreconditionFailed);
             };
-            for mv in moves {
-                let slot = match &mut ext.layout {
-                    // A copy added to an under-replicated extent.
-                    Layout::Replicated { drives, .. }
-                        if mv.stripe == 0
-                            && mv.from == UNPLACED
-                            && mv.frag as usize == drives.len() =>
-                    {
-                        drives.push(UNPLACED);
-                        drives.last_mut()
-                    }
-                    Layout::Replicated { drives, .. } if mv.stripe == 0 => {
-                        drives.get_mut(mv.frag as usize)
-                    }
-                    Layout::Replicated { .. } => None,
-                    Layout::Erasure { stripes, .. } => stripes
-                        .get_mut(mv.stripe as usize)
-                        .and_then(|s| s.drives.get_mut(mv.frag as usize)),
-                };
-                match slot {
-                    Some(d) if *d == mv.from => *d = mv.to,
-                    _ => return Err(MetaError::PreconditionFailed),
-                }
+            match move_in_extent(ext, moves) {
+                Ok(()) => {}
+                // The kept versions moved, the live one had moved already.
+                Err(_) if kept => return Ok(Applied::default()),
+                Err(e) => return Err(e),
             }
             if let Some(k) = noncurrent {
                 let v = serde_json::to_vec(&Version::Object(Box::new(record)))?;
@@ -1476,6 +1553,32 @@ fn apply(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, MetaError
             rewrite(&mut objects, bucket, key, record)
         }
     }
+}
+
+/// Moves fragments of one extent as a repair's moves say, each only from where
+/// the mover found it.
+pub(crate) fn move_in_extent(ext: &mut Extent, moves: &[FragmentMove]) -> Result<(), MetaError> {
+    for mv in moves {
+        let slot = match &mut ext.layout {
+            // A copy added to an under-replicated extent.
+            Layout::Replicated { drives, .. }
+                if mv.stripe == 0 && mv.from == UNPLACED && mv.frag as usize == drives.len() =>
+            {
+                drives.push(UNPLACED);
+                drives.last_mut()
+            }
+            Layout::Replicated { drives, .. } if mv.stripe == 0 => drives.get_mut(mv.frag as usize),
+            Layout::Replicated { .. } => None,
+            Layout::Erasure { stripes, .. } => stripes
+                .get_mut(mv.stripe as usize)
+                .and_then(|s| s.drives.get_mut(mv.frag as usize)),
+        };
+        match slot {
+            Some(d) if *d == mv.from => *d = mv.to,
+            _ => return Err(MetaError::PreconditionFailed),
+        }
+    }
+    Ok(())
 }
 
 /// The extents of `old` that `new` does not keep: what a replacement frees. Never
@@ -1652,6 +1755,8 @@ fn assemble(
 
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod snapshot_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

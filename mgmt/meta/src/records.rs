@@ -46,6 +46,19 @@ pub struct BucketRecord {
     /// Set: the bucket is exported over NFS (see [`NfsExport`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nfs: Option<NfsExport>,
+    /// The bucket's snapshots, by name (see `snapshots`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub snapshots: BTreeMap<String, Snapshot>,
+}
+
+/// A named, read-only view of a bucket as it was when the snapshot was made.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The version sequence number given out when it was made: it sees every
+    /// version numbered at or below it that was the newest of its key then.
+    pub seq: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_ms: i64,
 }
 
 /// A bucket's NFS export: its files are its objects (see `cairn_nfs`), mounted
@@ -309,9 +322,14 @@ pub struct VersionStamp {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// The store's version sequence when it was made (newer is greater); 0 for
-    /// a version written before its bucket ever had versioning configured.
+    /// a version written before its bucket ever had versioning configured or
+    /// a snapshot (see `snapshots`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub seq: u64,
+    /// Numbered only for the bucket's snapshots: the bucket is unversioned, and
+    /// S3 shows no version id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unversioned: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -321,6 +339,12 @@ fn is_zero(n: &u64) -> bool {
 impl VersionStamp {
     fn is_null_zero(&self) -> bool {
         self.id.is_none() && self.seq == 0
+    }
+
+    /// Whether S3 shows this version's id (`null` for the null version): once
+    /// its bucket has versioning configured.
+    pub fn has_id(&self) -> bool {
+        !self.unversioned && (self.seq != 0 || self.id.is_some())
     }
 
     /// The id as S3 shows it: `null` for the null version.

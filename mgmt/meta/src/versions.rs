@@ -92,7 +92,7 @@ pub fn valid_id(id: &str) -> bool {
     id == "null" || seq_of(id).is_some()
 }
 
-fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
+pub(crate) fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
     let mut t = tx.open_table(SYSTEM)?;
     let last = match t.get(SEQ)? {
         Some(v) => serde_json::from_slice::<u64>(v.value())?,
@@ -102,19 +102,36 @@ fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
     Ok(last + 1)
 }
 
-/// The bucket's versioning state, read on every write: only that field is
+/// What a write to a bucket must know of it: its versioning state, and the
+/// numbers of its snapshots (see [`crate::snapshots`]).
+#[derive(Default)]
+pub(crate) struct WriteState {
+    versioning: Option<Versioning>,
+    snapshots: Vec<u64>,
+}
+
+/// The bucket's [`WriteState`], read on every write: only those fields are
 /// decoded (a bucket record may carry a thousand lifecycle rules).
-fn versioning(
-    buckets: &redb::Table<&str, &[u8]>,
-    bucket: &str,
-) -> Result<Option<Versioning>, MetaError> {
+fn write_state(buckets: &redb::Table<&str, &[u8]>, bucket: &str) -> Result<WriteState, MetaError> {
+    #[derive(serde::Deserialize)]
+    struct Seq {
+        seq: u64,
+    }
     #[derive(serde::Deserialize)]
     struct State {
         #[serde(default)]
         versioning: Option<Versioning>,
+        #[serde(default)]
+        snapshots: std::collections::BTreeMap<String, Seq>,
     }
     match buckets.get(bucket)? {
-        Some(v) => Ok(serde_json::from_slice::<State>(v.value())?.versioning),
+        Some(v) => {
+            let s = serde_json::from_slice::<State>(v.value())?;
+            Ok(WriteState {
+                versioning: s.versioning,
+                snapshots: s.snapshots.into_values().map(|s| s.seq).collect(),
+            })
+        }
         None => Err(MetaError::NoSuchBucket(bucket.to_string())),
     }
 }
@@ -175,8 +192,9 @@ struct Plan {
     gone: Vec<ObjectRecord>,
     /// The old current object, kept as a noncurrent version.
     keep: Option<ObjectRecord>,
-    /// The `null` noncurrent version to remove (its table key).
-    drop_null: Option<u64>,
+    /// The `null` noncurrent version to remove (its table key), and the
+    /// version itself when it is a delete marker (an object one is in `gone`).
+    drop_null: Option<(u64, Option<Version>)>,
 }
 
 fn plan(
@@ -219,10 +237,13 @@ fn plan(
             let versions = tx.open_table(VERSIONS)?;
             for (k, v) in of_key(&versions, bucket, key)? {
                 if v.stamp().id.is_none() {
-                    p.drop_null = Some(k);
-                    if let Version::Object(o) = v {
-                        p.gone.push(*o);
-                    }
+                    p.drop_null = Some(match v {
+                        Version::Object(o) => {
+                            p.gone.push(*o);
+                            (k, None)
+                        }
+                        marker => (k, Some(marker)),
+                    });
                 }
             }
         }
@@ -231,27 +252,49 @@ fn plan(
 }
 
 impl Plan {
-    /// Writes the plan's version changes, giving the new version its stamp.
+    /// Writes the plan's version changes, giving the new version its stamp;
+    /// keeps what it destroys that a snapshot sees.
     fn carry_out(
         &mut self,
         tx: &redb::WriteTransaction,
-        state: Option<Versioning>,
+        state: &WriteState,
         bucket: &str,
         key: &str,
     ) -> Result<(), MetaError> {
-        if let Some(state) = state {
+        if state.versioning.is_some() || !state.snapshots.is_empty() {
             let seq = next_seq(tx)?;
             self.stamp = VersionStamp {
-                id: (state == Versioning::Enabled).then(|| id_of(seq)),
+                id: (state.versioning == Some(Versioning::Enabled)).then(|| id_of(seq)),
                 seq,
+                unversioned: state.versioning.is_none(),
             };
+        }
+        if !state.snapshots.is_empty() {
+            // The key's versions that stay, which may hide a gone one from a snapshot.
+            let dropped = self.drop_null.as_ref().map(|(k, _)| *k);
+            let mut others: Vec<u64> = of_key(&tx.open_table(VERSIONS)?, bucket, key)?
+                .iter()
+                .filter(|(k, _)| Some(*k) != dropped)
+                .map(|(_, v)| v.stamp().seq)
+                .collect();
+            others.extend(self.keep.as_ref().map(|o| o.version.seq));
+            let dropped_marker = self.drop_null.as_ref().and_then(|(_, m)| m.clone());
+            let gone = self
+                .gone
+                .iter()
+                .cloned()
+                .map(|o| Version::Object(Box::new(o)));
+            for v in gone.chain(dropped_marker) {
+                let (at, seq) = ((bucket, key), self.stamp.seq);
+                crate::snapshots::keep_if_seen(tx, &state.snapshots, at, seq, v, &others)?;
+            }
         }
         if self.drop_null.is_none() && self.keep.is_none() {
             return Ok(());
         }
         let mut versions = tx.open_table(VERSIONS)?;
-        if let Some(k) = self.drop_null {
-            versions.remove((bucket, key, k))?;
+        if let Some((k, _)) = &self.drop_null {
+            versions.remove((bucket, key, *k))?;
         }
         if let Some(o) = self.keep.take() {
             put_version(&mut versions, bucket, key, &Version::Object(Box::new(o)))?;
@@ -276,10 +319,10 @@ pub(crate) fn install(
     old: Option<ObjectRecord>,
     extra: Delta,
 ) -> Result<Vec<Extent>, MetaError> {
-    let state = versioning(buckets, bucket)?;
-    let mut p = plan(tx, state, bucket, key, old, Some(record))?;
+    let state = write_state(buckets, bucket)?;
+    let mut p = plan(tx, state.versioning, bucket, key, old, Some(record))?;
     usage::account(tx, buckets, bucket, delta(&p.gone, Some(record), extra))?;
-    p.carry_out(tx, state, bucket, key)?;
+    p.carry_out(tx, &state, bucket, key)?;
     record.version = p.stamp.clone();
     objects.insert((bucket, key), serde_json::to_vec(&*record)?.as_slice())?;
     Ok(freed_by(p.gone, &record.extents))
@@ -297,7 +340,8 @@ pub(crate) fn rename(
     (from, to): (&str, &str),
     of: &WriteId,
 ) -> Result<Applied, MetaError> {
-    if versioning(buckets, bucket)?.is_some() {
+    let state = write_state(buckets, bucket)?;
+    if state.versioning.is_some() {
         return Err(MetaError::Versioned {
             bucket: crate::bucket_name(bucket).to_string(),
             why: "a rename is a copy and a delete there".into(),
@@ -315,7 +359,13 @@ pub(crate) fn rename(
     // The object leaves `from` and counts again at `to`: usage changes only by
     // what `to` held.
     let leaves = Delta::replacing(Some(&record), None);
+    let was = record.clone();
     let freed = install(tx, buckets, objects, bucket, to, &mut record, old, leaves)?;
+    // A snapshot that saw the object at `from` still does (sharing its extents
+    // with `to`; see `snapshots::spare_held`).
+    let at = (bucket, from);
+    let gone = Version::Object(Box::new(was));
+    crate::snapshots::keep_if_seen(tx, &state.snapshots, at, record.version.seq, gone, &[])?;
     Ok(Applied {
         freed,
         object: Some(Box::new(record)),
@@ -337,20 +387,20 @@ pub(crate) fn delete_latest(
     current: Option<ObjectRecord>,
     modified_ms: i64,
 ) -> Result<Applied, MetaError> {
-    let state = versioning(buckets, bucket)?;
-    if state.is_none() && current.is_none() {
+    let state = write_state(buckets, bucket)?;
+    if state.versioning.is_none() && current.is_none() {
         return Ok(Applied::default());
     }
     let had_current = current.is_some();
-    let mut p = plan(tx, state, bucket, key, current, None)?;
+    let mut p = plan(tx, state.versioning, bucket, key, current, None)?;
     usage::account(tx, buckets, bucket, delta(&p.gone, None, Delta::default()))?;
-    p.carry_out(tx, state, bucket, key)?;
+    p.carry_out(tx, &state, bucket, key)?;
     if had_current {
         objects.remove((bucket, key))?;
     }
     // Versioned, the delete is a marker, the newest version.
     let mut deleted = None;
-    if state.is_some() {
+    if state.versioning.is_some() {
         let marker = Version::DeleteMarker {
             version: p.stamp.clone(),
             modified_ms,
@@ -381,7 +431,18 @@ pub(crate) fn delete_version(
     id: &str,
     cond: &Precondition,
 ) -> Result<Applied, MetaError> {
+    let snapshots = write_state(buckets, bucket)?.snapshots;
+    // What a snapshot sees of the version deleted is kept, ended by a number
+    // of its own.
+    let keep = |v: Version, others: Vec<u64>| -> Result<(), MetaError> {
+        if snapshots.is_empty() {
+            return Ok(());
+        }
+        let ended = next_seq(tx)?;
+        crate::snapshots::keep_if_seen(tx, &snapshots, (bucket, key), ended, v, &others)
+    };
     let current = get_object(objects, bucket, key)?;
+    let current_seq = current.as_ref().map(|c| c.version.seq);
     let has_current = current.is_some();
     let current_extents: Vec<Extent> = current.iter().flat_map(|c| c.extents.clone()).collect();
     let mut versions = tx.open_table(VERSIONS)?;
@@ -390,6 +451,8 @@ pub(crate) fn delete_version(
         check(cond, Some(&cur), key)?;
         usage::account(tx, buckets, bucket, Delta::replacing(Some(&cur), None))?;
         objects.remove((bucket, key))?;
+        let others = older.iter().map(|(_, v)| v.stamp().seq).collect();
+        keep(Version::Object(Box::new(cur.clone())), others)?;
         let freed = freed_by(vec![cur.clone()], &extents_of(older.iter().map(|(_, v)| v)));
         if let Some((k, Version::Object(next))) = older.into_iter().next() {
             versions.remove((bucket, key, k))?;
@@ -414,6 +477,12 @@ pub(crate) fn delete_version(
     let gone: Vec<ObjectRecord> = v.object().cloned().into_iter().collect();
     usage::account(tx, buckets, bucket, delta(&gone, None, Delta::default()))?;
     versions.remove((bucket, key, *k))?;
+    let others = (older.iter().enumerate())
+        .filter(|(i, _)| *i != at)
+        .map(|(_, (_, v))| v.stamp().seq)
+        .chain(current_seq)
+        .collect();
+    keep(v.clone(), others)?;
     // The latest version was a delete marker: the object under it is current again.
     if !has_current && at == 0 {
         if let Some((k1, Version::Object(next))) = older.get(1) {

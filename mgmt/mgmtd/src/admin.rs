@@ -266,6 +266,11 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
         .route(routes::TENANT_QOS, put(crate::tenants::set_qos))
         .route(routes::BUCKETS, get(crate::tenants::buckets))
         .route(routes::BUCKET_QUOTA, put(crate::tenants::set_bucket_quota))
+        .route(
+            routes::SNAPSHOTS,
+            get(crate::snapshots::list).post(crate::snapshots::create),
+        )
+        .route(routes::SNAPSHOT, delete(crate::snapshots::delete))
         .route(routes::EXPORTS, get(crate::tenants::exports))
         .route(
             routes::BUCKET_EXPORT,

@@ -83,14 +83,18 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         | MetaError::NoSuchAdminToken(_)
         | MetaError::NoSuchBmc(_)
         | MetaError::NoSuchSshKey(_)
-        | MetaError::NoSuchAdminCert(_) => ErrorKind::NotFound,
+        | MetaError::NoSuchAdminCert(_)
+        | MetaError::NoSuchSnapshot(_) => ErrorKind::NotFound,
+        MetaError::InvalidSnapshot(_) => ErrorKind::Invalid,
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists
         | MetaError::TenantNotEmpty(_)
         | MetaError::QuotaExceeded(_)
         | MetaError::BucketExists(_)
-        | MetaError::BucketNotEmpty(_) => ErrorKind::Conflict,
+        | MetaError::BucketNotEmpty(_)
+        | MetaError::SnapshotExists(_)
+        | MetaError::HasSnapshots(_) => ErrorKind::Conflict,
         MetaError::NoSuchBucket(_) => ErrorKind::NotFound,
         // What the admin API reads of the metadata is its own; anything else
         // failing there is the node's fault.

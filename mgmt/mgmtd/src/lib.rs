@@ -26,6 +26,7 @@ mod page;
 mod resp;
 mod scrub;
 mod sensors;
+mod snapshots;
 mod ssh_keys;
 mod tenants;
 

@@ -13,6 +13,7 @@ mod kv;
 mod nodeos;
 mod qos;
 mod scrub;
+mod snapshots;
 mod status;
 mod supervisor;
 mod tenants;
@@ -145,6 +146,12 @@ enum Cmd {
     Export {
         #[command(subcommand)]
         cmd: exports::ExportCmd,
+    },
+    /// Bucket snapshots: read-only views of a bucket as it was, read through
+    /// S3 under .snapshot/NAME/.
+    Snapshot {
+        #[command(subcommand)]
+        cmd: snapshots::SnapshotCmd,
     },
     /// The KV-cache tier: pools (named keyspaces) and their figures.
     Kv {
@@ -416,6 +423,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Key { cmd } => tenants::key(cmd).await,
         Cmd::Kv { cmd } => kv::kv(cmd).await,
         Cmd::Export { cmd } => exports::export(cmd).await,
+        Cmd::Snapshot { cmd } => snapshots::snapshot(cmd).await,
         Cmd::Token { cmd } => access::token(cmd).await,
         Cmd::SshKey { cmd } => access::ssh_key(cmd).await,
         Cmd::Cert { cmd } => access::cert(cmd).await,

@@ -30,6 +30,7 @@ mod read;
 mod repair;
 mod scrub;
 mod sealing;
+mod snapshots;
 mod versions;
 mod write;
 
@@ -42,6 +43,7 @@ pub use ram::{GroupFigures, RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
 pub use sealing::new_tenant_key;
+pub use snapshots::{snapshot_key, SNAPSHOT_DIR};
 
 use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};

@@ -187,6 +187,15 @@ pub struct Access {
     pub qos: Qos,
 }
 
+/// The refusal of a write under `.snapshot/`, where a bucket's snapshots read.
+pub(crate) fn snapshot_read_only() -> s3s::S3Error {
+    s3_error!(
+        AccessDenied,
+        "keys under {} are the bucket's snapshots: read-only",
+        cairn_objects::SNAPSHOT_DIR
+    )
+}
+
 /// Whether an S3 operation only reads (S3 names every such operation
 /// `Get…`, `Head…` or `List…`).
 fn reads_only(op: &str) -> bool {
@@ -233,6 +242,12 @@ impl S3Access for Access {
                 "user {} is read-only: {op} is refused",
                 id.user.as_deref().unwrap_or("")
             ));
+        }
+        // A snapshot's view is read-only (DeleteObjects checks each key itself).
+        if let s3s::path::S3Path::Object { key, .. } = cx.s3_path() {
+            if !reads_only(op) && key.starts_with(cairn_objects::SNAPSHOT_DIR) {
+                return Err(snapshot_read_only());
+            }
         }
         let way = match reads_only(op) {
             true => Way::Read,

@@ -25,6 +25,14 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 cairn_meta::bucket_name(&b)
             ),
             MetaError::NoSuchKey(k) => s3_error!(NoSuchKey, "key {k} does not exist"),
+            MetaError::NoSuchSnapshot(n) => {
+                s3_error!(NoSuchKey, "the bucket has no snapshot {n}")
+            }
+            MetaError::HasSnapshots(b) => s3_error!(
+                BucketNotEmpty,
+                "bucket {} has snapshots: delete them first (nodectl snapshot delete)",
+                cairn_meta::bucket_name(&b)
+            ),
             MetaError::NoSuchUpload(u) => s3_error!(NoSuchUpload, "upload {u} does not exist"),
             MetaError::PreconditionFailed => s3_error!(PreconditionFailed),
             MetaError::InvalidPart(n) => s3_error!(

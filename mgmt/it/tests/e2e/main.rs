@@ -31,6 +31,7 @@ mod s3_versioning;
 mod scrub;
 mod sealing;
 mod slow_clients;
+mod snapshots;
 mod space;
 mod ssh;
 mod tenants;

@@ -72,7 +72,7 @@ pub(super) fn version_arg(v: Option<&str>) -> S3Result<Option<&str>> {
 /// The `x-amz-version-id` S3 answers for a version: its id (`null` for the
 /// null version), once its bucket has versioning configured; none before.
 pub(super) fn shown_version(v: &cairn_meta::VersionStamp) -> Option<String> {
-    (v.seq != 0 || v.id.is_some()).then(|| v.shown().to_string())
+    v.has_id().then(|| v.shown().to_string())
 }
 
 /// Marks an error as S3 marks answers about a delete marker:

@@ -29,18 +29,8 @@ pub(super) async fn list_objects_v2(
         (None, Some(s)) if !s.is_empty() => Some(After::Key(s.clone())),
         _ => None,
     };
-    let listing = s3
-        .store
-        .list_objects(
-            tenant,
-            &input.bucket,
-            &prefix,
-            after,
-            input.delimiter.as_deref(),
-            max,
-        )
-        .await
-        .map_err(to_s3)?;
+    let delimiter = input.delimiter.as_deref();
+    let listing = list_view(s3, tenant, &input.bucket, &prefix, after, delimiter, max).await?;
     let key_count = (listing.objects.len() + listing.prefixes.len()) as i32;
     let owner = (input.fetch_owner == Some(true)).then(|| super::access::owner(tenant));
     let (contents, prefixes) = listing_entries(&listing, enc, owner);
@@ -72,18 +62,8 @@ pub(super) async fn list_objects(
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = max_keys(input.max_keys)?;
     let after = after_marker(input.marker.clone(), &prefix, input.delimiter.as_deref());
-    let listing = s3
-        .store
-        .list_objects(
-            tenant,
-            &input.bucket,
-            &prefix,
-            after,
-            input.delimiter.as_deref(),
-            max,
-        )
-        .await
-        .map_err(to_s3)?;
+    let delimiter = input.delimiter.as_deref();
+    let listing = list_view(s3, tenant, &input.bucket, &prefix, after, delimiter, max).await?;
     // V1's NextMarker is the last key or prefix returned; a prefix marker is
     // recognised as one when it comes back (see `after` above).
     let next_marker = listing.next.as_ref().map(|a| match a {
@@ -104,6 +84,85 @@ pub(super) async fn list_objects(
         encoding_type: input.encoding_type,
         ..Default::default()
     }))
+}
+
+/// A page of the bucket, or, for a prefix under `.snapshot/`, of its snapshots:
+/// `.snapshot/` (and any prefix there short of a name's `/`) lists their names
+/// as common prefixes, `.snapshot/NAME/...` lists snapshot NAME as the bucket's
+/// own listing would, with its keys under `.snapshot/NAME/`. The bucket's own
+/// listing never shows `.snapshot/` (as a NAS hides its snapshot directory, so
+/// that a copy of the bucket does not copy its snapshots).
+async fn list_view(
+    s3: &CairnS3,
+    tenant: u64,
+    bucket: &str,
+    prefix: &str,
+    after: Option<After>,
+    delimiter: Option<&str>,
+    max: usize,
+) -> S3Result<cairn_meta::Listing> {
+    let Some(rest) = prefix.strip_prefix(cairn_objects::SNAPSHOT_DIR) else {
+        let store = &s3.store;
+        let listing = store.list_objects(tenant, bucket, prefix, after, delimiter, max);
+        return listing.await.map_err(to_s3);
+    };
+    let dir = cairn_objects::SNAPSHOT_DIR;
+    let Some((name, inner)) = rest.split_once('/') else {
+        // The snapshots' names, each a common prefix.
+        let (snaps, _) = s3.store.snapshots(tenant, bucket).await.map_err(to_s3)?;
+        let mut out = cairn_meta::Listing::default();
+        let names = snaps.keys().map(|n| format!("{dir}{n}/"));
+        for p in names.filter(|p| p.starts_with(prefix)) {
+            let past = match &after {
+                Some(After::Key(a)) | Some(After::Prefix(a)) => p.as_str() > a.as_str(),
+                None => true,
+            };
+            if !past {
+                continue;
+            }
+            if out.prefixes.len() == max {
+                out.next = out.prefixes.last().cloned().map(After::Prefix);
+                break;
+            }
+            out.prefixes.push(p);
+        }
+        return Ok(out);
+    };
+    let dir = format!("{dir}{name}/");
+    let inside = |a: After| match a {
+        After::Key(k) => k.strip_prefix(&dir).map(|k| After::Key(k.to_string())),
+        After::Prefix(p) => p.strip_prefix(&dir).map(|p| After::Prefix(p.to_string())),
+    };
+    // A marker past the whole snapshot: nothing left to list.
+    if let Some(After::Key(a) | After::Prefix(a)) = &after {
+        if a.as_str() > dir.as_str() && !a.starts_with(&dir) {
+            return Ok(cairn_meta::Listing::default());
+        }
+    }
+    let after = after.and_then(inside);
+    let listing = s3
+        .store
+        .list_snapshot(tenant, bucket, name, inner, after, delimiter, max)
+        .await;
+    let mut l = match listing {
+        Ok(l) => l,
+        // A snapshot that does not exist lists as an empty prefix does.
+        Err(cairn_objects::ObjectError::Meta(cairn_meta::MetaError::NoSuchSnapshot(_))) => {
+            cairn_meta::Listing::default()
+        }
+        Err(e) => return Err(to_s3(e)),
+    };
+    for (k, _) in &mut l.objects {
+        k.insert_str(0, &dir);
+    }
+    for p in &mut l.prefixes {
+        p.insert_str(0, &dir);
+    }
+    l.next = l.next.map(|a| match a {
+        After::Key(k) => After::Key(format!("{dir}{k}")),
+        After::Prefix(p) => After::Prefix(format!("{dir}{p}")),
+    });
+    Ok(l)
 }
 
 /// Where a V1 marker resumes. A marker that is itself a common prefix (the

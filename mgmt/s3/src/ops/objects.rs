@@ -263,6 +263,9 @@ pub(super) async fn delete_objects(
                 NotImplemented,
                 "LastModifiedTime and Size conditions are not implemented; use ETag"
             )),
+            (Ok(_), o) if o.key.starts_with(cairn_objects::SNAPSHOT_DIR) => {
+                Err(crate::auth::snapshot_read_only())
+            }
             (Ok(version), o) => {
                 let cond = Precondition {
                     if_match: o.e_tag.as_ref().map(|e| e.value().to_string()),
@@ -411,6 +414,17 @@ pub(super) async fn head_if(
     [if_modified_since, if_unmodified_since]: [&Option<Timestamp>; 2],
 ) -> S3Result<cairn_meta::ObjectRecord> {
     let rec = match version {
+        // A key under `.snapshot/NAME/` as the snapshot sees it.
+        None if cairn_objects::snapshot_key(key).is_some() => {
+            let (name, inner) = cairn_objects::snapshot_key(key).unwrap_or_default();
+            let found = match inner {
+                "" => None,
+                _ => {
+                    (s3.store.snapshot_object(tenant, bucket, name, inner).await).map_err(to_s3)?
+                }
+            };
+            found.ok_or_else(|| s3_error!(NoSuchKey, "key {key} does not exist"))?
+        }
         None => match s3.store.head_object(tenant, bucket, key).await {
             Ok(rec) => rec,
             Err(e) => {
