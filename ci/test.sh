@@ -54,8 +54,11 @@ fi
 # for the tests and for every stage after them. A second, release build of the
 # same workspace took a quarter of the run on these 2 cores; the release
 # profile's own figures are the benchmarks' business (bench/), not CI's.
-stage "cargo build (the binaries every later stage runs)"
-cargo build --workspace --bins
+stage "cargo build (the binaries every later stage runs, and every test)"
+# Binaries, tests and examples in one invocation, so that they share one feature
+# resolution: built apart, the dev-dependencies' features rebuilt mgmtd and the
+# crates under it a second time for the tests.
+cargo build --workspace --bins --tests --examples
 # Kept apart: the failpoints build below replaces target/debug/mgmtd.
 BIN=target/ci-bin
 rm -rf "$BIN" && mkdir -p "$BIN"
@@ -80,7 +83,7 @@ cp target/debug/mgmtd target/failpoints/
 cp "$BIN"/nodectl "$BIN"/datapathd target/failpoints/
 ci/cluster-check.sh --only history target/failpoints
 stage "NVMe over VFIO in a QEMU guest (userspace driver, hot unplug)"
-CAIRN_PROFILE=dev hwtests/nvme-vfio/run.sh
+NVME_SELFTEST=target/debug/examples/nvme-selftest DATAPATHD="$BIN/datapathd" hwtests/nvme-vfio/run.sh
 stage "the Linux kernel's NFS client in a QEMU guest against a node: cp -r of 1000 files, a directory renamed, kill -9 under the mount"
 hwtests/nfs-kernel/run.sh "$BIN"
 stage "firmware image, booted by UEFI in QEMU, serving S3 from emulated NVMe (kernel driver, then userspace over VFIO)"

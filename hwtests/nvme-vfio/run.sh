@@ -22,8 +22,8 @@
 #
 # Env: CAIRN_HWTEST_CACHE (default /var/cache/cairn-hwtests), KEEP=1 keeps the
 # work directory, CAIRN_QEMU_ACCEL (default tcg; KVM hangs on these machines),
-# BENCH_SECS (default 3), CAIRN_PROFILE (the cargo profile the guest's programs
-# are built with: default release; CI passes dev, the profile it built).
+# BENCH_SECS (default 3), NVME_SELFTEST and DATAPATHD (the guest's programs, built
+# already: CI passes its own build's; unset, they are built here, release).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -40,15 +40,16 @@ guest_tools cargo
 guest_kernel
 
 # --- the guest program ----------------------------------------------------------
-PROFILE=${CAIRN_PROFILE:-release}
-say "building nvme-selftest and datapathd ($PROFILE)"
-(cd "$REPO" && timeout 2400 cargo build --profile "$PROFILE" -q -p cairn-nvme --example nvme-selftest \
-    && timeout 2400 cargo build --profile "$PROFILE" -q -p cairn-datapath --bin datapathd) || fail "cargo build"
-TARGET=${CARGO_TARGET_DIR:-$REPO/target}
-OUT=$PROFILE
-[[ $PROFILE == dev ]] && OUT=debug
-SELFTEST="$TARGET/$OUT/examples/nvme-selftest"
-DATAPATHD="$TARGET/$OUT/datapathd"
+if [[ -n ${NVME_SELFTEST:-} && -n ${DATAPATHD:-} ]]; then
+    SELFTEST=$NVME_SELFTEST
+else
+    say "building nvme-selftest and datapathd (release)"
+    (cd "$REPO" && timeout 2400 cargo build --release -q -p cairn-nvme --example nvme-selftest \
+        && timeout 2400 cargo build --release -q -p cairn-datapath --bin datapathd) || fail "cargo build"
+    TARGET=${CARGO_TARGET_DIR:-$REPO/target}
+    SELFTEST="$TARGET/release/examples/nvme-selftest"
+    DATAPATHD="$TARGET/release/datapathd"
+fi
 [[ -x "$SELFTEST" && -x "$DATAPATHD" ]] || fail "no $SELFTEST or $DATAPATHD"
 
 # --- the initramfs --------------------------------------------------------------

@@ -357,3 +357,22 @@ async fn bad_snapshot_requests_are_refused_and_change_nothing() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn the_scrubbers_walk_reaches_kept_versions() {
+    let (_d, s) = setup(Some(Versioning::Suspended)).await;
+    put(&s, "k", 1).await;
+    snap(&s, "s").await.unwrap();
+    put(&s, "k", 2).await;
+    let mut after = None;
+    let mut ids = Vec::new();
+    loop {
+        let (page, next) = s.manifests_after(after.as_ref(), 1).unwrap();
+        ids.extend(page.iter().map(|(_, _, o)| o.extents[0].id));
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(ids, vec![2, 1], "the current object, then the kept one");
+}

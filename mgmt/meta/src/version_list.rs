@@ -243,17 +243,20 @@ fn out_marker(out: &VersionListing) -> Option<(String, Option<String>)> {
     }
 }
 
-/// Where a walk over every manifest stands: in the current objects, or past
-/// them in the noncurrent versions.
+/// Where a walk over every manifest stands: in the current objects, past them
+/// in the noncurrent versions, or past those in the versions kept for
+/// snapshots.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ManifestCursor {
     Current(String, String),
     Noncurrent(String, String, u64),
+    Kept(String, String, u64),
 }
 
 impl MetaStore {
     /// Up to `limit` manifests after `after`: every current object in (bucket,
-    /// key) order, then every noncurrent version (a walk over all the bytes
+    /// key) order, then every noncurrent version, then every version kept for
+    /// a snapshot (a walk over all the bytes
     /// stored, the scrubber's, that holds one page at a time). Returns the page
     /// and where the next one starts (none when the walk is done).
     #[allow(clippy::type_complexity)]
@@ -264,6 +267,9 @@ impl MetaStore {
     ) -> Result<(Vec<(String, String, ObjectRecord)>, Option<ManifestCursor>), MetaError> {
         let mut out = Vec::new();
         let mut cursor = after.cloned();
+        if matches!(cursor, Some(ManifestCursor::Kept(..))) {
+            return self.kept_after(out, cursor, limit);
+        }
         if !matches!(cursor, Some(ManifestCursor::Noncurrent(..))) {
             let at = match &cursor {
                 Some(ManifestCursor::Current(b, k)) => Some((b.as_str(), k.as_str())),
@@ -297,6 +303,41 @@ impl MetaStore {
             }
             if out.len() >= limit {
                 let next = ManifestCursor::Noncurrent(b.to_string(), k.to_string(), n);
+                return Ok((out, Some(next)));
+            }
+        }
+        self.kept_after(out, None, limit)
+    }
+
+    /// The versions kept for snapshots after `cursor` (a [`ManifestCursor::Kept`]
+    /// or none: from the first), added to `out` up to `limit`.
+    #[allow(clippy::type_complexity)]
+    fn kept_after(
+        &self,
+        mut out: Vec<(String, String, ObjectRecord)>,
+        cursor: Option<ManifestCursor>,
+        limit: usize,
+    ) -> Result<(Vec<(String, String, ObjectRecord)>, Option<ManifestCursor>), MetaError> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(crate::snapshots::KEPT)?;
+        let iter = match &cursor {
+            Some(ManifestCursor::Kept(b, k, n)) => t.range((b.as_str(), k.as_str(), *n)..)?,
+            _ => t.range::<(&str, &str, u64)>(..)?,
+        };
+        for e in iter {
+            let (key, v) = e?;
+            let (b, k, n) = key.value();
+            if let Some(ManifestCursor::Kept(cb, ck, cn)) = &cursor {
+                if (cb.as_str(), ck.as_str(), *cn) == (b, k, n) {
+                    continue;
+                }
+            }
+            let kept: crate::snapshots::Kept = serde_json::from_slice(v.value())?;
+            if let Version::Object(o) = kept.version {
+                out.push((b.to_string(), k.to_string(), *o));
+            }
+            if out.len() >= limit {
+                let next = ManifestCursor::Kept(b.to_string(), k.to_string(), n);
                 return Ok((out, Some(next)));
             }
         }
