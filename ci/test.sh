@@ -76,8 +76,11 @@ ci/kv-check.sh "$BIN"
 stage "the KV tier under a memory cgroup: a write flood, no OOM kill, nothing acknowledged lost"
 ci/kv-memory-check.sh "$BIN"
 stage "history check: failpoints, kill -9 and a partition under a put/delete/get load (5 nodes)"
-# mgmtd with its failpoints compiled in (only the crate is rebuilt).
-cargo build -p cairn-mgmtd --features failpoints
+# mgmtd with its failpoints compiled in. Built as the whole workspace was (same
+# targets, one feature more): only the crates the feature reaches are rebuilt,
+# where `-p cairn-mgmtd` resolved features afresh and rebuilt most of the tree
+# (6 min against 3 on these cores).
+cargo build --workspace --bins --tests --examples --features cairn-mgmtd/failpoints
 mkdir -p target/failpoints
 cp target/debug/mgmtd target/failpoints/
 cp "$BIN"/nodectl "$BIN"/datapathd target/failpoints/
