@@ -30,6 +30,15 @@ pub struct CairnFs {
 
 pub(crate) type Res<T> = Result<T, nfsstat3>;
 
+/// `.snapshot`, where the bucket's snapshots read, takes no change (nor may a
+/// file or directory of that name be made at the export's root).
+fn read_only_dir(key: &str) -> Res<()> {
+    match cairn_objects::in_snapshot_dir(key) {
+        true => Err(nfsstat3::NFS3ERR_ROFS),
+        false => Ok(()),
+    }
+}
+
 impl CairnFs {
     /// The export `h` is in, if this client may reach it.
     pub(crate) fn export(&self, h: &Handle) -> Res<Arc<Export>> {
@@ -49,7 +58,8 @@ impl CairnFs {
 
     pub(crate) fn writable(&self, h: &Handle) -> Res<Arc<Export>> {
         let ex = self.export(h)?;
-        if ex.conf.read_only {
+        let path = h.path().unwrap_or_else(|cut| cut);
+        if ex.conf.read_only || cairn_objects::in_snapshot_dir(path) {
             return Err(nfsstat3::NFS3ERR_ROFS);
         }
         Ok(ex)
@@ -82,12 +92,12 @@ impl CairnFs {
     }
 
     /// The current object at `key`, if any (made current first: what another
-    /// node committed is seen).
+    /// node committed is seen); under `.snapshot/NAME/`, the snapshot's.
     pub(crate) async fn object(&self, ex: &Export, key: &str) -> Res<Option<ObjectRecord>> {
         match self
             .shared
             .store
-            .head_object(ex.tenant, &ex.bucket, key)
+            .head_view(ex.tenant, &ex.bucket, key)
             .await
         {
             Ok(r) => Ok(Some(r)),
@@ -105,10 +115,11 @@ impl CairnFs {
         let page = self
             .shared
             .store
-            .list_objects(ex.tenant, &ex.bucket, path, None, None, 1)
+            .list_view(ex.tenant, &ex.bucket, path, None, None, 1)
             .await
             .map_err(|e| status(&e))?;
-        Ok(!page.objects.is_empty())
+        // (`.snapshot/` lists its snapshots as prefixes.)
+        Ok(!page.objects.is_empty() || !page.prefixes.is_empty())
     }
 
     pub(crate) fn handle(&self, ex: &Export, node: &Node) -> Handle {
@@ -214,6 +225,7 @@ impl CairnFs {
         key: &str,
         user_meta: std::collections::BTreeMap<String, String>,
     ) -> Res<ObjectRecord> {
+        read_only_dir(key)?;
         let body = futures::stream::empty::<Result<Bytes, std::io::Error>>();
         let attrs = ObjectAttrs {
             user_meta,
@@ -259,6 +271,7 @@ impl CairnFs {
 
     /// Removes `key`, an object (a file, or a directory's marker).
     pub(crate) async fn delete(&self, ex: &Export, key: &str) -> Res<()> {
+        read_only_dir(key)?;
         self.shared.drafts.retire(ex.id, key).await;
         self.shared.readahead.forget(ex.id, key);
         self.shared
@@ -277,6 +290,8 @@ impl CairnFs {
     /// to it meanwhile waits, then finds it gone (`STALE`), so no write is
     /// answered OK and left behind.
     pub(crate) async fn move_object(&self, ex: &Export, from: &str, to: &str) -> Res<()> {
+        read_only_dir(from)?;
+        read_only_dir(to)?;
         let draft = self.shared.drafts.get(ex.id, from);
         let mut held = match &draft {
             Some(d) => Some(d.lock().await),

@@ -63,7 +63,7 @@ impl DirIter {
         };
         let store = &self.fs.shared.store;
         let page = store
-            .list_objects(
+            .list_view(
                 ex.tenant,
                 &ex.bucket,
                 &self.dir,

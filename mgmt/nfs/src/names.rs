@@ -115,7 +115,7 @@ impl Resolver {
         let mut scanned = 0;
         loop {
             let page = store
-                .list_objects(ex.tenant, &ex.bucket, &prefix, after.clone(), None, 1000)
+                .list_view(ex.tenant, &ex.bucket, &prefix, after.clone(), None, 1000)
                 .await
                 .map_err(|e| crate::status(&e))?;
             for (key, _) in &page.objects {

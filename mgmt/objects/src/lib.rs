@@ -43,7 +43,7 @@ pub use ram::{GroupFigures, RamCounters, RamTier};
 pub use repair::{repairer, FragmentState, RepairPass};
 pub use scrub::{ScrubConfig, Scrubber};
 pub use sealing::new_tenant_key;
-pub use snapshots::{snapshot_key, SNAPSHOT_DIR};
+pub use snapshots::{in_snapshot_dir, snapshot_key, SNAPSHOT_DIR};
 
 use bytes::Bytes;
 use cairn_chunkproto::{DriveReport, ProtoError, Request};

@@ -220,3 +220,56 @@ async fn a_snapshot_reads_the_bucket_as_it_was_through_s3() {
     );
     c.delete_bucket().bucket(B).send().await.unwrap();
 }
+
+/// The same snapshots over NFS, where a NAS keeps them: `.snapshot/NAME/` in
+/// the export's root (not listed there, reached by name), read-only.
+#[tokio::test]
+async fn a_snapshot_reads_over_nfs_under_dot_snapshot() {
+    use crate::nfs::{setup, LOCAL};
+    use cairn_it::nfs::Mount;
+    use nfs3_client::nfs3_types::nfs3::{nfsstat3::NFS3ERR_ROFS, stable_how};
+    let s = setup("nas").await;
+    let c = s.node.client();
+    for (k, v) in [("a.txt", "one"), ("d/b.txt", "two")] {
+        put(&c, "nas", k, v.as_bytes()).await;
+    }
+    s.api.create_snapshot("root", "nas", "s1").await.unwrap();
+    put(&c, "nas", "a.txt", b"ONE").await;
+    c.delete_object()
+        .bucket("nas")
+        .key("d/b.txt")
+        .send()
+        .await
+        .unwrap();
+
+    let mut m = Mount::new(s.nfs, "/root/nas", LOCAL).await.unwrap();
+    let a = m.walk(".snapshot/s1/a.txt").await.unwrap();
+    assert_eq!(m.read_all(&a).await.unwrap(), b"one");
+    let b = m.walk(".snapshot/s1/d/b.txt").await.unwrap();
+    assert_eq!(m.read_all(&b).await.unwrap(), b"two");
+    let now = m.walk("a.txt").await.unwrap();
+    assert_eq!(m.read_all(&now).await.unwrap(), b"ONE");
+    let root = m.walk("").await.unwrap();
+    assert_eq!(m.names(&root, 4096).await.unwrap(), ["a.txt"]);
+    let snaps = m.walk(".snapshot").await.unwrap();
+    assert_eq!(m.names(&snaps, 4096).await.unwrap(), ["s1"]);
+    let s1 = m.walk(".snapshot/s1").await.unwrap();
+    assert_eq!(m.names(&s1, 4096).await.unwrap(), ["a.txt", "d"]);
+
+    // Read-only, whatever the call.
+    assert_eq!(m.create(&s1, "new").await, Err(NFS3ERR_ROFS));
+    assert_eq!(m.mkdir(&s1, "dir").await, Err(NFS3ERR_ROFS));
+    let w = m.write(&a, 0, b"x", stable_how::FILE_SYNC).await;
+    assert_eq!(w.map(|_| ()), Err(NFS3ERR_ROFS));
+    assert_eq!(m.remove(&s1, "a.txt").await, Err(NFS3ERR_ROFS));
+    assert_eq!(
+        m.rename(&root, "a.txt", &s1, "a.txt").await,
+        Err(NFS3ERR_ROFS)
+    );
+    assert_eq!(
+        m.rename(&s1, "a.txt", &root, "back").await,
+        Err(NFS3ERR_ROFS)
+    );
+    assert!(m.create(&root, ".snapshot").await.is_err());
+    assert_eq!(m.read_all(&a).await.unwrap(), b"one");
+}

@@ -86,12 +86,7 @@ pub(super) async fn list_objects(
     }))
 }
 
-/// A page of the bucket, or, for a prefix under `.snapshot/`, of its snapshots:
-/// `.snapshot/` (and any prefix there short of a name's `/`) lists their names
-/// as common prefixes, `.snapshot/NAME/...` lists snapshot NAME as the bucket's
-/// own listing would, with its keys under `.snapshot/NAME/`. The bucket's own
-/// listing never shows `.snapshot/` (as a NAS hides its snapshot directory, so
-/// that a copy of the bucket does not copy its snapshots).
+/// A page of the bucket or of its snapshots (see `ObjectStore::list_view`).
 async fn list_view(
     s3: &CairnS3,
     tenant: u64,
@@ -101,68 +96,9 @@ async fn list_view(
     delimiter: Option<&str>,
     max: usize,
 ) -> S3Result<cairn_meta::Listing> {
-    let Some(rest) = prefix.strip_prefix(cairn_objects::SNAPSHOT_DIR) else {
-        let store = &s3.store;
-        let listing = store.list_objects(tenant, bucket, prefix, after, delimiter, max);
-        return listing.await.map_err(to_s3);
-    };
-    let dir = cairn_objects::SNAPSHOT_DIR;
-    let Some((name, inner)) = rest.split_once('/') else {
-        // The snapshots' names, each a common prefix.
-        let (snaps, _) = s3.store.snapshots(tenant, bucket).await.map_err(to_s3)?;
-        let mut out = cairn_meta::Listing::default();
-        let names = snaps.keys().map(|n| format!("{dir}{n}/"));
-        for p in names.filter(|p| p.starts_with(prefix)) {
-            let past = match &after {
-                Some(After::Key(a)) | Some(After::Prefix(a)) => p.as_str() > a.as_str(),
-                None => true,
-            };
-            if !past {
-                continue;
-            }
-            if out.prefixes.len() == max {
-                out.next = out.prefixes.last().cloned().map(After::Prefix);
-                break;
-            }
-            out.prefixes.push(p);
-        }
-        return Ok(out);
-    };
-    let dir = format!("{dir}{name}/");
-    let inside = |a: After| match a {
-        After::Key(k) => k.strip_prefix(&dir).map(|k| After::Key(k.to_string())),
-        After::Prefix(p) => p.strip_prefix(&dir).map(|p| After::Prefix(p.to_string())),
-    };
-    // A marker past the whole snapshot: nothing left to list.
-    if let Some(After::Key(a) | After::Prefix(a)) = &after {
-        if a.as_str() > dir.as_str() && !a.starts_with(&dir) {
-            return Ok(cairn_meta::Listing::default());
-        }
-    }
-    let after = after.and_then(inside);
-    let listing = s3
-        .store
-        .list_snapshot(tenant, bucket, name, inner, after, delimiter, max)
-        .await;
-    let mut l = match listing {
-        Ok(l) => l,
-        // A snapshot that does not exist lists as an empty prefix does.
-        Err(cairn_objects::ObjectError::Meta(cairn_meta::MetaError::NoSuchSnapshot(_))) => {
-            cairn_meta::Listing::default()
-        }
-        Err(e) => return Err(to_s3(e)),
-    };
-    for (k, _) in &mut l.objects {
-        k.insert_str(0, &dir);
-    }
-    for p in &mut l.prefixes {
-        p.insert_str(0, &dir);
-    }
-    l.next = l.next.map(|a| match a {
-        After::Key(k) => After::Key(format!("{dir}{k}")),
-        After::Prefix(p) => After::Prefix(format!("{dir}{p}")),
-    });
-    Ok(l)
+    let store = &s3.store;
+    let listing = store.list_view(tenant, bucket, prefix, after, delimiter, max);
+    listing.await.map_err(to_s3)
 }
 
 /// Where a V1 marker resumes. A marker that is itself a common prefix (the

@@ -415,16 +415,11 @@ pub(super) async fn head_if(
 ) -> S3Result<cairn_meta::ObjectRecord> {
     let rec = match version {
         // A key under `.snapshot/NAME/` as the snapshot sees it.
-        None if cairn_objects::snapshot_key(key).is_some() => {
-            let (name, inner) = cairn_objects::snapshot_key(key).unwrap_or_default();
-            let found = match inner {
-                "" => None,
-                _ => {
-                    (s3.store.snapshot_object(tenant, bucket, name, inner).await).map_err(to_s3)?
-                }
-            };
-            found.ok_or_else(|| s3_error!(NoSuchKey, "key {key} does not exist"))?
-        }
+        None if cairn_objects::snapshot_key(key).is_some() => s3
+            .store
+            .head_view(tenant, bucket, key)
+            .await
+            .map_err(to_s3)?,
         None => match s3.store.head_object(tenant, bucket, key).await {
             Ok(rec) => rec,
             Err(e) => {
