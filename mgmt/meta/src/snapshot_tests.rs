@@ -3,32 +3,8 @@
 //! freeing, moved by repair, carried by a Raft snapshot, and dropped with the
 //! last snapshot that sees it.
 
-use super::version_tests::{obj, setup};
+use super::version_tests::{delete, put, setup};
 use super::*;
-
-async fn put(s: &MetaStore, k: &str, id: u128) -> Applied {
-    s.apply(Mutation::PutObject {
-        bucket: "b".into(),
-        key: k.into(),
-        record: obj(id, 10),
-        cond: Precondition::default(),
-        written_in: None,
-    })
-    .await
-    .unwrap()
-}
-
-async fn delete(s: &MetaStore, k: &str, version: Option<&str>) -> Applied {
-    s.apply(Mutation::DeleteObject {
-        bucket: "b".into(),
-        key: k.into(),
-        cond: Default::default(),
-        version_id: version.map(str::to_string),
-        modified_ms: 7,
-    })
-    .await
-    .unwrap()
-}
 
 async fn snap(s: &MetaStore, name: &str) -> Result<Applied, MetaError> {
     s.apply(Mutation::CreateSnapshot {
@@ -45,6 +21,18 @@ async fn drop_snap(s: &MetaStore, name: &str) -> Result<Applied, MetaError> {
         name: name.into(),
     })
     .await
+}
+
+/// Renames `from` (holding `rec`) to `to`.
+async fn rename(s: &MetaStore, rec: &ObjectRecord) {
+    s.apply(Mutation::RenameObject {
+        bucket: "b".into(),
+        from: "from".into(),
+        to: "to".into(),
+        of: WriteId::of(rec),
+    })
+    .await
+    .unwrap();
 }
 
 /// The extent id `k` reads as in snapshot `name`, if any.
@@ -217,14 +205,7 @@ async fn a_rename_keeps_the_source_for_the_snapshot_and_its_extents_are_never_fr
     let (_d, s) = setup(None).await;
     let rec = put(&s, "from", 1).await.object.unwrap();
     snap(&s, "s").await.unwrap();
-    s.apply(Mutation::RenameObject {
-        bucket: "b".into(),
-        from: "from".into(),
-        to: "to".into(),
-        of: WriteId::of(&rec),
-    })
-    .await
-    .unwrap();
+    rename(&s, &rec).await;
     assert_eq!(
         (seen(&s, "s", "from"), seen(&s, "s", "to")),
         (Some(1), None)
@@ -245,14 +226,7 @@ async fn repair_moves_a_kept_versions_fragments_with_the_live_objects() {
     let rec = put(&s, "from", 1).await.object.unwrap();
     put(&s, "only", 2).await;
     snap(&s, "s").await.unwrap();
-    s.apply(Mutation::RenameObject {
-        bucket: "b".into(),
-        from: "from".into(),
-        to: "to".into(),
-        of: WriteId::of(&rec),
-    })
-    .await
-    .unwrap();
+    rename(&s, &rec).await;
     delete(&s, "only", None).await;
     let mv = |key: &str, extent: u128| Mutation::MoveFragments {
         bucket: "b".into(),

@@ -256,6 +256,23 @@ async fn multipart_complete_checks_parts() {
     assert!(refs.contains(&1) && refs.contains(&2) && !refs.contains(&3));
 }
 
+/// Opens the database at `p` again once the last store's committer thread,
+/// which holds it until its channel closes, has let go (a loaded machine may
+/// take more than a moment).
+fn reopen(p: &std::path::Path) -> MetaStore {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match MetaStore::open(p) {
+            Ok(s) => return s,
+            Err(MetaError::Db(e)) if e.contains("already open") => {
+                assert!(std::time::Instant::now() < deadline, "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,9 +282,7 @@ async fn survives_reopen() {
         mkbucket(&s, "b").await;
         put(&s, "b", "k").await;
     }
-    // The committer thread holds the database until its channel closes.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let s = MetaStore::open(&p).unwrap();
+    let s = reopen(&p);
     assert!(s.object("b", "k").unwrap().is_some());
 }
 
@@ -489,9 +504,7 @@ async fn a_database_file_of_zeros_is_made_again() {
     mkbucket(&s, "b").await;
     put(&s, "b", "k").await;
     drop(s);
-    // The committer thread holds the database until its channel closes.
-    std::thread::sleep(std::time::Duration::from_millis(100));
-    let s = MetaStore::open(&p).unwrap();
+    let s = reopen(&p);
     assert!(s.object("b", "k").unwrap().is_some());
     assert!(!dir.path().join("meta.redb.creating").exists());
 }

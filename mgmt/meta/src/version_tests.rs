@@ -39,7 +39,7 @@ async fn set(s: &MetaStore, v: Versioning) {
     .unwrap();
 }
 
-async fn put(s: &MetaStore, k: &str, id: u128) -> Applied {
+pub(super) async fn put(s: &MetaStore, k: &str, id: u128) -> Applied {
     s.apply(Mutation::PutObject {
         bucket: "b".into(),
         key: k.into(),
@@ -51,7 +51,7 @@ async fn put(s: &MetaStore, k: &str, id: u128) -> Applied {
     .unwrap()
 }
 
-async fn delete(s: &MetaStore, k: &str, version: Option<&str>) -> Applied {
+pub(super) async fn delete(s: &MetaStore, k: &str, version: Option<&str>) -> Applied {
     s.apply(Mutation::DeleteObject {
         bucket: "b".into(),
         key: k.into(),
