@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import boto3
 from botocore.exceptions import ClientError
@@ -31,6 +33,24 @@ def error_code(fn):
     except ClientError as e:
         return e.response["Error"]["Code"]
     return None
+
+
+def form_post(post, body):
+    """A browser's upload of `body` with a presigned POST (boto3's fields);
+    the HTTP status."""
+    b = "cairn-snapshot-check"
+    parts = [f'--{b}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+             for k, v in post["fields"].items()]
+    parts.append(f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
+                 'Content-Type: application/octet-stream\r\n\r\n'.encode() + body + b"\r\n")
+    parts.append(f"--{b}--\r\n".encode())
+    req = urllib.request.Request(post["url"], data=b"".join(parts), method="POST",
+                                 headers={"Content-Type": f"multipart/form-data; boundary={b}"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def main(endpoint, nodectl, data):
@@ -88,6 +108,9 @@ def main(endpoint, nodectl, data):
     )
     code = error_code(lambda: s3.put_object(Bucket=b, Key=".snapshot/nightly/x", Body=b"x"))
     check(code == "AccessDenied", "a write into the snapshot is refused")
+    status = form_post(s3.generate_presigned_post(b, ".snapshot/nightly/a.txt"), b"forged")
+    got = s3.get_object(Bucket=b, Key=".snapshot/nightly/a.txt")["Body"].read()
+    check(status == 403 and got == b"before", "a browser's POST upload into the snapshot is refused")
     s3.copy_object(Bucket=b, Key="a.txt", CopySource=f"{b}/.snapshot/nightly/a.txt")
     got = s3.get_object(Bucket=b, Key="a.txt")["Body"].read()
     check(got == b"before", "an object restored by copying it out of the snapshot")

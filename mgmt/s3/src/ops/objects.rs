@@ -19,6 +19,11 @@ pub(super) async fn put_object(
     access::refuse_unkept(&req.headers)?;
     access::refuse_grants(&req.headers, None, "")?;
     let input = req.input;
+    // (A browser's POST upload names its key in the form, past the access
+    // check's look at the path.)
+    if input.key.starts_with(cairn_objects::SNAPSHOT_DIR) {
+        return Err(crate::auth::snapshot_read_only());
+    }
     let len = content_length(input.content_length)?;
     let body = match input.body {
         Some(b) => b,
