@@ -333,7 +333,7 @@ async fn bad_snapshot_requests_are_refused_and_change_nothing() {
 }
 
 #[tokio::test]
-async fn the_scrubbers_walk_reaches_kept_versions() {
+async fn the_scrubber_walks_and_mends_kept_versions() {
     let (_d, s) = setup(Some(Versioning::Suspended)).await;
     put(&s, "k", 1).await;
     snap(&s, "s").await.unwrap();
@@ -349,4 +349,7 @@ async fn the_scrubbers_walk_reaches_kept_versions() {
         }
     }
     assert_eq!(ids, vec![2, 1], "the current object, then the kept one");
+    // And the scrubber's fix finds the kept one's manifest again.
+    let kept = s.manifest_holding("b", "k", 1).unwrap();
+    assert_eq!(kept.map(|o| o.extents[0].id), Some(1));
 }

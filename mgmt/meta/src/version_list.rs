@@ -356,8 +356,8 @@ impl MetaStore {
         Ok(n)
     }
 
-    /// The manifest of `key`, current or noncurrent, that holds extent
-    /// `extent`, if any still does.
+    /// The manifest of `key`, current, noncurrent or kept for a snapshot, that
+    /// holds extent `extent`, if any still does.
     pub fn manifest_holding(
         &self,
         bucket: &str,
@@ -366,9 +366,19 @@ impl MetaStore {
     ) -> Result<Option<ObjectRecord>, MetaError> {
         let tx = self.db.begin_read()?;
         let (o, v) = (tx.open_table(OBJECTS)?, tx.open_table(VERSIONS)?);
-        Ok(versions_of(&o, &v, bucket, key)?
+        let kept = tx.open_table(crate::snapshots::KEPT)?;
+        // The key's versions, then the versions kept for its snapshots.
+        let mut all: Vec<Version> = versions_of(&o, &v, bucket, key)?
             .into_iter()
-            .filter_map(|(v, _)| match v {
+            .map(|(v, _)| v)
+            .collect();
+        for e in kept.range((bucket, key, 0)..=(bucket, key, u64::MAX))? {
+            let (_, k) = e?;
+            all.push(serde_json::from_slice::<crate::snapshots::Kept>(k.value())?.version);
+        }
+        Ok(all
+            .into_iter()
+            .filter_map(|v| match v {
                 Version::Object(o) => Some(*o),
                 Version::DeleteMarker { .. } => None,
             })

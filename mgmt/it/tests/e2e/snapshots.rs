@@ -273,3 +273,44 @@ async fn a_snapshot_reads_over_nfs_under_dot_snapshot() {
     assert!(m.create(&root, ".snapshot").await.is_err());
     assert_eq!(m.read_all(&a).await.unwrap(), b"one");
 }
+
+/// Bytes rotted in the replicas of an object only a snapshot keeps (deleted
+/// from the bucket since) are found and rebuilt by one scrub pass, as a live
+/// object's are; the snapshot reads it whole with no degraded read.
+#[tokio::test]
+async fn the_scrubber_mends_what_only_a_snapshot_keeps() {
+    use cairn_it::{find_on_drives, flip, random_bytes, PLAINTEXT_ROOT};
+    let node = Node::start(NodeOptions {
+        mgmtd_env: vec![PLAINTEXT_ROOT],
+        drive_size: "64M",
+        ..Default::default()
+    });
+    let c = node.client();
+    c.create_bucket().bucket(B).send().await.unwrap();
+    let small = random_bytes(50_000, 77);
+    put(&c, B, "kept", &small).await;
+    nodectl_json(&node, &["snapshot", "create", "root", B, "s"]);
+    c.delete_object()
+        .bucket(B)
+        .key("kept")
+        .send()
+        .await
+        .unwrap();
+
+    let hits = find_on_drives(&node, &small[..64]);
+    assert_eq!(hits.len(), 3, "three replicas");
+    for &(d, off) in &hits[..2] {
+        flip(&node, d, off + 5);
+    }
+    let before = node.admin("GET", "/v1/scrub")["passes"].as_u64().unwrap();
+    node.admin("POST", "/v1/scrub/start");
+    let pass = node.wait_scrub_passes(before + 1).await["last"].clone();
+    assert_eq!(
+        (pass["bad"].as_u64(), pass["repaired"].as_u64()),
+        (Some(2), Some(2)),
+        "{pass}"
+    );
+    let degraded = node.status()["degraded_reads"].as_u64().unwrap();
+    assert_eq!(get(&c, ".snapshot/s/kept").await.unwrap(), small);
+    assert_eq!(node.status()["degraded_reads"].as_u64().unwrap(), degraded);
+}
