@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// `POST /v1/tenants/{tenant}/buckets/{bucket}/snapshots`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewSnapshot {
-    /// 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot.
+    /// 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot or a dash.
     pub name: String,
 }
 

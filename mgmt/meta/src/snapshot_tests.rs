@@ -299,7 +299,7 @@ async fn snapshots_travel_in_a_raft_snapshot() {
 #[tokio::test]
 async fn bad_snapshot_requests_are_refused_and_change_nothing() {
     let (_d, s) = setup(None).await;
-    for bad in ["", ".hidden", "a/b", "sp ace", &"x".repeat(65)] {
+    for bad in ["", ".hidden", "-flag", "a/b", "sp ace", &"x".repeat(65)] {
         let r = snap(&s, bad).await;
         assert!(
             matches!(r, Err(MetaError::InvalidSnapshot(_))),

@@ -49,11 +49,12 @@ pub(crate) struct Kept {
 
 type HeldBy = Vec<(String, String, u64)>;
 
-/// A snapshot name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot
-/// (it is a path component under `.snapshot/`, in S3 and over NFS).
+/// A snapshot name: 1 to 64 of `A-Z a-z 0-9 . _ -`, not starting with a dot or a dash
+/// (it is a path component under `.snapshot/`, in S3 and over NFS, and a
+/// command-line argument).
 pub fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
-        && !name.starts_with('.')
+        && !name.starts_with(['.', '-'])
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
@@ -166,7 +167,7 @@ pub(crate) fn create(
     let mut b = read_bucket(buckets, bucket)?;
     if !valid_name(name) {
         return Err(MetaError::InvalidSnapshot(format!(
-            "{name:?} is not a snapshot name: 1 to 64 of A-Z a-z 0-9 . _ -, not starting with a dot"
+            "{name:?} is not a snapshot name: 1 to 64 of A-Z a-z 0-9 . _ -, not starting with a dot or a dash"
         )));
     }
     if b.kv.is_some() {

@@ -15,7 +15,7 @@ pub enum SnapshotCmd {
         /// The tenant (its name or id, or `root` for the root key's buckets).
         tenant: String,
         bucket: String,
-        /// 1 to 64 of A-Z a-z 0-9 . _ -, not starting with a dot.
+        /// 1 to 64 of A-Z a-z 0-9 . _ -, not starting with a dot or a dash.
         name: String,
         #[command(flatten)]
         target: Target,
