@@ -789,14 +789,9 @@ impl MetaStore {
                 out.push((b.to_string(), key.to_string(), *o));
             }
         }
-        for e in tx.open_table(snapshots::KEPT)?.iter()? {
-            let (k, v) = e?;
-            let (b, key, _) = k.value();
-            let kept: snapshots::Kept = serde_json::from_slice(v.value())?;
-            if let Version::Object(o) = kept.version {
-                out.push((b.to_string(), key.to_string(), *o));
-            }
-        }
+        snapshots::each_kept_object(&tx, |b, key, o| {
+            out.push((b.to_string(), key.to_string(), o));
+        })?;
         Ok(out)
     }
 
@@ -942,13 +937,7 @@ impl MetaStore {
                 o.extents.iter().for_each(&mut f);
             }
         }
-        for e in tx.open_table(snapshots::KEPT)?.iter()? {
-            let (_, v) = e?;
-            let kept: snapshots::Kept = serde_json::from_slice(v.value())?;
-            if let Version::Object(o) = kept.version {
-                o.extents.iter().for_each(&mut f);
-            }
-        }
+        snapshots::each_kept_object(&tx, |_, _, o| o.extents.iter().for_each(&mut f))?;
         for e in tx.open_table(PARTS)?.iter()? {
             let (_, v) = e?;
             let rec: PartRecord = serde_json::from_slice(v.value())?;

@@ -99,7 +99,9 @@ pub(crate) fn keep_if_seen(
     others: &[u64],
 ) -> Result<(), MetaError> {
     let made = v.stamp().seq;
-    if snaps.is_empty() {
+    // Kept versions can only hide it further: looked at only when the live
+    // ones leave it seen (a version made after every snapshot never is).
+    if !seen(snaps, made, ended, others) {
         return Ok(());
     }
     let mut kept = tx.open_table(KEPT)?;
@@ -385,6 +387,34 @@ where
     Ok(best)
 }
 
+/// The number of snapshot `name` of `bucket`.
+fn snapshot_seq(tx: &redb::ReadTransaction, bucket: &str, name: &str) -> Result<u64, MetaError> {
+    let b: BucketRecord = match tx.open_table(BUCKETS)?.get(bucket)? {
+        Some(v) => serde_json::from_slice(v.value())?,
+        None => return Err(MetaError::NoSuchBucket(bucket.to_string())),
+    };
+    match b.snapshots.get(name) {
+        Some(s) => Ok(s.seq),
+        None => Err(MetaError::NoSuchSnapshot(name.to_string())),
+    }
+}
+
+/// Calls `f` with every version kept for a snapshot that holds bytes, as
+/// (bucket, key, record), in one read transaction.
+pub(crate) fn each_kept_object(
+    tx: &redb::ReadTransaction,
+    mut f: impl FnMut(&str, &str, ObjectRecord),
+) -> Result<(), MetaError> {
+    for e in tx.open_table(KEPT)?.iter()? {
+        let (k, v) = e?;
+        let (b, key, _) = k.value();
+        if let Version::Object(o) = serde_json::from_slice::<Kept>(v.value())?.version {
+            f(b, key, *o);
+        }
+    }
+    Ok(())
+}
+
 impl MetaStore {
     /// The snapshots of `bucket`, by name.
     pub fn snapshots(
@@ -397,24 +427,6 @@ impl MetaStore {
         }
     }
 
-    /// The number of snapshot `name` of `bucket`.
-    fn snapshot_seq(
-        &self,
-        tx: &redb::ReadTransaction,
-        bucket: &str,
-        name: &str,
-    ) -> Result<u64, MetaError> {
-        let buckets = tx.open_table(BUCKETS)?;
-        let b: BucketRecord = match buckets.get(bucket)? {
-            Some(v) => serde_json::from_slice(v.value())?,
-            None => return Err(MetaError::NoSuchBucket(bucket.to_string())),
-        };
-        match b.snapshots.get(name) {
-            Some(s) => Ok(s.seq),
-            None => Err(MetaError::NoSuchSnapshot(name.to_string())),
-        }
-    }
-
     /// What `key` reads as in snapshot `name` of `bucket`: none if it had no
     /// object then.
     pub fn snapshot_object(
@@ -424,7 +436,7 @@ impl MetaStore {
         key: &str,
     ) -> Result<Option<ObjectRecord>, MetaError> {
         let tx = self.db.begin_read()?;
-        let seq = self.snapshot_seq(&tx, bucket, name)?;
+        let seq = snapshot_seq(&tx, bucket, name)?;
         let (o, v, k) = (
             tx.open_table(OBJECTS)?,
             tx.open_table(VERSIONS)?,
@@ -444,7 +456,7 @@ impl MetaStore {
         max: usize,
     ) -> Result<Listing, MetaError> {
         let tx = self.db.begin_read()?;
-        let seq = self.snapshot_seq(&tx, bucket, name)?;
+        let seq = snapshot_seq(&tx, bucket, name)?;
         let (o, v, k) = (
             tx.open_table(OBJECTS)?,
             tx.open_table(VERSIONS)?,

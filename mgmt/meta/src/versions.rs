@@ -269,7 +269,9 @@ impl Plan {
                 unversioned: state.versioning.is_none(),
             };
         }
-        if !state.snapshots.is_empty() {
+        let dropped_marker = self.drop_null.as_ref().and_then(|(_, m)| m.clone());
+        let destroys = !self.gone.is_empty() || dropped_marker.is_some();
+        if !state.snapshots.is_empty() && destroys {
             // The key's versions that stay, which may hide a gone one from a snapshot.
             let dropped = self.drop_null.as_ref().map(|(k, _)| *k);
             let mut others: Vec<u64> = of_key(&tx.open_table(VERSIONS)?, bucket, key)?
@@ -278,7 +280,6 @@ impl Plan {
                 .map(|(_, v)| v.stamp().seq)
                 .collect();
             others.extend(self.keep.as_ref().map(|o| o.version.seq));
-            let dropped_marker = self.drop_null.as_ref().and_then(|(_, m)| m.clone());
             let gone = self
                 .gone
                 .iter()

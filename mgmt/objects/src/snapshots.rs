@@ -154,10 +154,11 @@ impl ObjectStore {
                 .await;
         };
         let Some((name, inner)) = rest.split_once('/') else {
-            // The snapshots' names, each a common prefix.
-            let (snaps, _) = self.snapshots(tenant, bucket).await?;
+            // The snapshots' names, each a common prefix (from the bucket
+            // record alone: what they keep is not needed here).
+            let (_, b) = self.resolve(tenant, bucket).await?;
             let mut out = Listing::default();
-            let names = snaps.keys().map(|n| format!("{SNAPSHOT_DIR}{n}/"));
+            let names = b.snapshots.keys().map(|n| format!("{SNAPSHOT_DIR}{n}/"));
             for p in names.filter(|p| p.starts_with(prefix)) {
                 let past = match &after {
                     Some(After::Key(a) | After::Prefix(a)) => p.as_str() > a.as_str(),
