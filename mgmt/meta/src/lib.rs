@@ -19,6 +19,7 @@ mod admin;
 mod gc;
 mod identity;
 mod list;
+mod lock;
 mod once;
 mod record_cache;
 mod records;
@@ -36,6 +37,10 @@ pub use identity::{
     UserRecord,
 };
 pub use list::{After, Listing};
+pub use lock::{
+    BucketLock, DefaultRetention, LockChange, LockMode, LockPeriod, ObjectLock, Retention,
+    MAX_RETENTION_DAYS,
+};
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
 pub use snapshots::{valid_name as valid_snapshot_name, MAX_SNAPSHOTS};
@@ -79,6 +84,19 @@ pub enum MetaError {
     NoSuchKey(String),
     #[error("no such upload: {0}")]
     NoSuchUpload(String),
+    #[error("no such version: {0}")]
+    NoSuchVersion(String),
+    /// Object lock keeps the version (retention or legal hold); see [`lock`].
+    #[error("object lock: {0}")]
+    ObjectLocked(String),
+    /// The bucket's object lock state does not allow the change.
+    #[error("{0}")]
+    LockState(String),
+    /// A lock asked of a version in a bucket without object lock.
+    #[error("Bucket is missing Object Lock Configuration")]
+    NoObjectLock,
+    #[error("{0}")]
+    InvalidLock(String),
     #[error("precondition failed")]
     PreconditionFailed,
     #[error("invalid part {0}: not uploaded or its ETag differs")]
@@ -274,6 +292,10 @@ pub enum Mutation {
         /// proposer's clock, so every replica records the same).
         #[serde(default)]
         modified_ms: i64,
+        /// The requester may delete a version under GOVERNANCE retention (see
+        /// [`lock`]); judged at `modified_ms`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bypass_governance: bool,
     },
     CreateUpload {
         bucket: String,
@@ -370,6 +392,20 @@ pub enum Mutation {
         key: String,
         of: WriteId,
         tags: BTreeMap<String, String>,
+    },
+    /// Changes the retention or legal hold of version `version_id` of `key`
+    /// (the current version when none); see [`lock`].
+    SetObjectLock {
+        bucket: String,
+        key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version_id: Option<String>,
+        change: LockChange,
+        /// The requester may lift or shorten GOVERNANCE retention.
+        #[serde(default)]
+        bypass_governance: bool,
+        /// The proposer's clock: the retention in force is judged at it.
+        now_ms: i64,
     },
     /// Makes snapshot `name` of `bucket` (see [`snapshots`]).
     CreateSnapshot {
@@ -1122,6 +1158,9 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
             if buckets.get(name.as_str())?.is_some() {
                 return Err(MetaError::BucketExists(name.clone()));
             }
+            if let Some(l) = &record.object_lock {
+                lock::check_config(record, l)?;
+            }
             // A KV pool's name and index are unique within its tenant: checked
             // here, in the log's order, so two creations racing cannot both win.
             if let Some(kv) = &record.kv {
@@ -1211,10 +1250,21 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
             cond,
             version_id,
             modified_ms,
+            bypass_governance,
         } => {
             need_bucket(&buckets, bucket)?;
             if let Some(id) = version_id {
-                return versions::delete_version(tx, &buckets, &mut objects, bucket, key, id, cond);
+                let by = (*modified_ms, *bypass_governance);
+                return versions::delete_version(
+                    tx,
+                    &buckets,
+                    &mut objects,
+                    bucket,
+                    key,
+                    id,
+                    cond,
+                    by,
+                );
             }
             // Nothing to delete is a success, whatever the condition (S3: "if
             // the ETag matches or if the object doesn't exist, 204"); in a
@@ -1400,7 +1450,10 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
                         return Err(MetaError::PreconditionFailed);
                     }
                     let cond = Precondition::default();
-                    versions::delete_version(tx, &buckets, &mut objects, bucket, key, id, &cond)
+                    // A locked version is not due, whatever the rules (the
+                    // worker skips it; this judges again at the proposer's clock).
+                    let by = (*now_ms, false);
+                    versions::delete_version(tx, &buckets, &mut objects, bucket, key, id, &cond, by)
                 }
                 Expiry::Upload { upload_id } => {
                     let u = get_upload(tx, bucket, upload_id)?;
@@ -1482,6 +1535,22 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
             };
             rewrite(&mut objects, bucket, key, record)
         }
+        Mutation::SetObjectLock {
+            bucket,
+            key,
+            version_id,
+            change,
+            bypass_governance,
+            now_ms,
+        } => lock::set(
+            tx,
+            &buckets,
+            &mut objects,
+            (bucket, key),
+            version_id.as_deref(),
+            change,
+            (*now_ms, *bypass_governance),
+        ),
         Mutation::CreateSnapshot {
             bucket,
             name,
@@ -1499,8 +1568,19 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
                 BucketChange::Cors(rules) => b.cors = rules.clone(),
                 BucketChange::Tags(tags) => b.tags = tags.clone(),
                 BucketChange::Lifecycle(rules) => b.lifecycle = rules.clone(),
-                BucketChange::Versioning(v) => b.versioning = Some(*v),
+                BucketChange::Versioning(v) => {
+                    if b.object_lock.is_some() && *v != Versioning::Enabled {
+                        return Err(MetaError::LockState(
+                            "versioning cannot be suspended on a bucket with object lock".into(),
+                        ));
+                    }
+                    b.versioning = Some(*v)
+                }
                 BucketChange::Nfs(e) => b.nfs = e.clone(),
+                BucketChange::ObjectLock(l) => {
+                    lock::check_config(&b, l)?;
+                    b.object_lock = Some(*l)
+                }
             }
             buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;
             Ok(Applied::default())
@@ -1732,6 +1812,7 @@ fn assemble(
         headers: upload.headers.clone(),
         tags: upload.tags.clone(),
         version: Default::default(),
+        lock: upload.lock,
         checksum: None,
         extents,
         // Kept only when every part has one: a partial list would misnumber them.
@@ -1744,6 +1825,8 @@ fn assemble(
 
 #[cfg(test)]
 mod file_tests;
+#[cfg(test)]
+mod lock_tests;
 #[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]

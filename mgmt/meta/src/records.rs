@@ -49,6 +49,9 @@ pub struct BucketRecord {
     /// The bucket's snapshots, by name (see `snapshots`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub snapshots: BTreeMap<String, Snapshot>,
+    /// Set: object lock is enabled (see [`crate::lock`]), for good.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::BucketLock>,
 }
 
 /// A named, read-only view of a bucket as it was when the snapshot was made.
@@ -216,6 +219,8 @@ pub enum BucketChange {
     Versioning(Versioning),
     /// The NFS export (none: not exported).
     Nfs(Option<NfsExport>),
+    /// Object lock enabled, with this default retention (see [`crate::lock`]).
+    ObjectLock(crate::BucketLock),
 }
 
 /// One CORS rule of a bucket, as S3's `CORSRule`.
@@ -312,6 +317,9 @@ pub struct ObjectRecord {
     /// replica sets the same), never by the writer. See [`crate::versions`].
     #[serde(default, skip_serializing_if = "VersionStamp::is_null_zero")]
     pub version: VersionStamp,
+    /// The version's retention and legal hold (S3 object lock).
+    #[serde(default, skip_serializing_if = "crate::ObjectLock::is_none")]
+    pub lock: crate::ObjectLock,
 }
 
 /// A version's id and its place among its key's versions.
@@ -480,6 +488,9 @@ pub struct UploadRecord {
     /// The completed object's tags (`x-amz-tagging` on the upload's creation).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
+    /// The completed object's lock, as asked on the upload's creation.
+    #[serde(default, skip_serializing_if = "crate::ObjectLock::is_none")]
+    pub lock: crate::ObjectLock,
 }
 
 /// One uploaded part.
@@ -509,6 +520,7 @@ impl ObjectRecord {
             part_checksums: Vec::new(),
             tags: Default::default(),
             version: Default::default(),
+            lock: Default::default(),
         }
     }
 

@@ -290,6 +290,7 @@ async fn snapshots_travel_in_a_raft_snapshot() {
             cond: Default::default(),
             version_id: None,
             modified_ms: 1,
+            bypass_governance: false,
         })
         .await
         .unwrap();

@@ -22,6 +22,7 @@ pub(super) fn obj(etag: &str, size: u64) -> ObjectRecord {
         part_checksums: Vec::new(),
         tags: Default::default(),
         version: Default::default(),
+        lock: Default::default(),
     }
 }
 
@@ -117,6 +118,7 @@ async fn bucket_lifecycle_and_conditions() {
         cond: Default::default(),
         version_id: None,
         modified_ms: 0,
+        bypass_governance: false,
     })
     .await
     .unwrap();
@@ -181,6 +183,7 @@ async fn multipart_complete_checks_parts() {
             checksum_algorithm: None,
             full_object_checksum: false,
             tags: Default::default(),
+            lock: Default::default(),
         },
     })
     .await
@@ -369,6 +372,7 @@ async fn the_request_window_survives_a_snapshot() {
         cond: Default::default(),
         version_id: None,
         modified_ms: 0,
+        bypass_governance: false,
     })
     .await
     .unwrap();
@@ -538,6 +542,7 @@ async fn usage_is_exact_and_quotas_refuse_growth() {
         cond: Default::default(),
         version_id: None,
         modified_ms: 0,
+        bypass_governance: false,
     })
     .await
     .unwrap();
@@ -611,6 +616,7 @@ async fn a_metadata_condition_tells_equal_writes_apart() {
             cond: cond.clone(),
             version_id: None,
             modified_ms: 0,
+            bypass_governance: false,
         })
         .await;
     assert!(matches!(r, Err(MetaError::PreconditionFailed)), "{r:?}");

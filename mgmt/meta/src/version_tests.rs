@@ -58,6 +58,7 @@ pub(super) async fn delete(s: &MetaStore, k: &str, version: Option<&str>) -> App
         cond: Default::default(),
         version_id: version.map(str::to_string),
         modified_ms: 7,
+        bypass_governance: false,
     })
     .await
     .unwrap()

@@ -108,6 +108,7 @@ pub(crate) fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
 pub(crate) struct WriteState {
     versioning: Option<Versioning>,
     snapshots: Vec<u64>,
+    object_lock: Option<crate::BucketLock>,
 }
 
 /// The bucket's [`WriteState`], read on every write: only those fields are
@@ -123,6 +124,8 @@ fn write_state(buckets: &redb::Table<&str, &[u8]>, bucket: &str) -> Result<Write
         versioning: Option<Versioning>,
         #[serde(default)]
         snapshots: std::collections::BTreeMap<String, Seq>,
+        #[serde(default)]
+        object_lock: Option<crate::BucketLock>,
     }
     match buckets.get(bucket)? {
         Some(v) => {
@@ -130,6 +133,7 @@ fn write_state(buckets: &redb::Table<&str, &[u8]>, bucket: &str) -> Result<Write
             Ok(WriteState {
                 versioning: s.versioning,
                 snapshots: s.snapshots.into_values().map(|s| s.seq).collect(),
+                object_lock: s.object_lock,
             })
         }
         None => Err(MetaError::NoSuchBucket(bucket.to_string())),
@@ -321,6 +325,7 @@ pub(crate) fn install(
     extra: Delta,
 ) -> Result<Vec<Extent>, MetaError> {
     let state = write_state(buckets, bucket)?;
+    crate::lock::on_write(state.object_lock.as_ref(), record)?;
     let mut p = plan(tx, state.versioning, bucket, key, old, Some(record))?;
     usage::account(tx, buckets, bucket, delta(&p.gone, Some(record), extra))?;
     p.carry_out(tx, &state, bucket, key)?;
@@ -422,7 +427,9 @@ pub(crate) fn delete_latest(
 /// Deletes version `id` of `key` for good (a DELETE with a version id). The
 /// current object deleted, the newest noncurrent version becomes current (a
 /// delete marker stays where it is: the key then reads as deleted). A version
-/// that does not exist is no error, as a missing key is not.
+/// that does not exist is no error, as a missing key is not. A version object
+/// lock keeps at `now_ms` is refused (see [`crate::lock`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn delete_version(
     tx: &redb::WriteTransaction,
     buckets: &redb::Table<&str, &[u8]>,
@@ -431,8 +438,13 @@ pub(crate) fn delete_version(
     key: &str,
     id: &str,
     cond: &Precondition,
+    (now_ms, bypass): (i64, bool),
 ) -> Result<Applied, MetaError> {
     let snapshots = write_state(buckets, bucket)?.snapshots;
+    let locked = |o: &ObjectRecord| match o.lock.refuses(now_ms, bypass) {
+        Some(why) => Err(MetaError::ObjectLocked(why)),
+        None => Ok(()),
+    };
     // What a snapshot sees of the version deleted is kept, ended by a number
     // of its own.
     let keep = |v: Version, others: Vec<u64>| -> Result<(), MetaError> {
@@ -450,6 +462,7 @@ pub(crate) fn delete_version(
     let older = of_key(&versions, bucket, key)?;
     if let Some(cur) = current.filter(|c| c.version.shown() == id) {
         check(cond, Some(&cur), key)?;
+        locked(&cur)?;
         usage::account(tx, buckets, bucket, Delta::replacing(Some(&cur), None))?;
         objects.remove((bucket, key))?;
         let others = older.iter().map(|(_, v)| v.stamp().seq).collect();
@@ -474,6 +487,7 @@ pub(crate) fn delete_version(
     let (k, v) = &older[at];
     if let Version::Object(o) = v {
         check(cond, Some(o), key)?;
+        locked(o)?;
     }
     let gone: Vec<ObjectRecord> = v.object().cloned().into_iter().collect();
     usage::account(tx, buckets, bucket, delta(&gone, None, Delta::default()))?;

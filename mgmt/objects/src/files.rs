@@ -71,6 +71,8 @@ impl ObjectStore {
             checksum: None,
             part_checksums: Vec::new(),
             version: Default::default(),
+            // A new version: its lock is the bucket's default, not the old one's.
+            lock: Default::default(),
             ..base.cloned().unwrap_or_else(ObjectRecord::empty)
         };
         let written_in = new.iter().map(|w| w.written_in).min();

@@ -261,6 +261,8 @@ pub struct ObjectAttrs {
     pub headers: BTreeMap<String, String>,
     /// The object's tags (S3 object tagging).
     pub tags: BTreeMap<String, String>,
+    /// The version's retention and legal hold (S3 object lock), as asked.
+    pub lock: cairn_meta::ObjectLock,
     /// Filled by the body's verifier once the body has been read to its end and
     /// its checksum matched; read when the object is committed.
     pub checksum: ChecksumSlot,
@@ -768,6 +770,7 @@ impl ObjectStore {
             part_checksums: Vec::new(),
             tags: attrs.tags,
             version: Default::default(),
+            lock: attrs.lock,
         };
         self.commit_object(tenant, bucket, key, record, cond, written.written_in)
             .await
@@ -822,7 +825,7 @@ impl ObjectStore {
         key: &str,
         cond: Precondition,
     ) -> Result<(), ObjectError> {
-        self.delete_version(tenant, bucket, key, cond, None)
+        self.delete_version(tenant, bucket, key, cond, None, false)
             .await
             .map(|_| ())
     }
@@ -995,6 +998,7 @@ impl ObjectStore {
                     checksum_algorithm,
                     full_object_checksum,
                     tags: attrs.tags,
+                    lock: attrs.lock,
                 },
             },
             Vec::new(),

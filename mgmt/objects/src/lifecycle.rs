@@ -274,9 +274,13 @@ fn versions_due(
     all.iter()
         .zip(noncurrent_ages(all))
         .filter(|(v, age)| match (v, age) {
-            (Version::Object(o), Some(age)) => rules
-                .iter()
-                .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms)),
+            // (Object lock keeps a version whatever the rules.)
+            (Version::Object(o), Some(age)) => {
+                o.lock.refuses(now_ms, false).is_none()
+                    && rules
+                        .iter()
+                        .any(|r| r.expires_noncurrent(key, o, *age, now_ms, day_ms))
+            }
             (Version::DeleteMarker { modified_ms, .. }, None) => {
                 all.len() == 1
                     && rules

@@ -3,7 +3,9 @@
 //! and their rules are `cairn_meta::versions`').
 
 use crate::{ObjectError, ObjectStore};
-use cairn_meta::{Deleted, Mutation, Precondition, Version, VersionListing, VersionStamp};
+use cairn_meta::{
+    Deleted, LockChange, Mutation, Precondition, Version, VersionListing, VersionStamp,
+};
 
 impl ObjectStore {
     /// Version `id` (`null` or a version id) of `bucket/key`, and whether it is
@@ -33,7 +35,9 @@ impl ObjectStore {
 
     /// Deletes `bucket/key` if `cond` holds: its latest version (in a versioned
     /// bucket: a delete marker is made, the bytes kept), or with `version_id`
-    /// that version for good. Says what became of versions, in a versioned bucket.
+    /// that version for good (unless object lock keeps it; `bypass`: the
+    /// requester lifts GOVERNANCE retention). Says what became of versions, in
+    /// a versioned bucket.
     pub async fn delete_version(
         &self,
         tenant: u64,
@@ -41,6 +45,7 @@ impl ObjectStore {
         key: &str,
         cond: Precondition,
         version_id: Option<String>,
+        bypass: bool,
     ) -> Result<Option<Deleted>, ObjectError> {
         let (bucket, _) = &self.resolve(tenant, bucket).await?;
         let applied = self
@@ -52,11 +57,37 @@ impl ObjectStore {
                     cond,
                     version_id,
                     modified_ms: cairn_meta::now_ms(),
+                    bypass_governance: bypass,
                 },
                 Vec::new(),
             )
             .await?;
         Ok(applied.deleted)
+    }
+
+    /// Changes the retention or legal hold of version `version_id` of
+    /// `bucket/key` (its current version when none); see `cairn_meta::lock`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn set_object_lock(
+        &self,
+        tenant: u64,
+        bucket: &str,
+        key: &str,
+        version_id: Option<String>,
+        change: LockChange,
+        bypass: bool,
+    ) -> Result<(), ObjectError> {
+        let (bucket, _) = &self.resolve(tenant, bucket).await?;
+        let m = Mutation::SetObjectLock {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version_id,
+            change,
+            bypass_governance: bypass,
+            now_ms: cairn_meta::now_ms(),
+        };
+        self.commit(tenant, m, Vec::new()).await?;
+        Ok(())
     }
 
     /// One page of the versions of a bucket's keys.

@@ -34,6 +34,14 @@ pub(crate) fn to_s3(e: ObjectError) -> S3Error {
                 cairn_meta::bucket_name(&b)
             ),
             MetaError::NoSuchUpload(u) => s3_error!(NoSuchUpload, "upload {u} does not exist"),
+            MetaError::NoSuchVersion(v) => s3_error!(NoSuchVersion, "version {v} does not exist"),
+            // AWS's answer to a delete (or a retention change) object lock refuses.
+            e @ MetaError::ObjectLocked(_) => {
+                s3_error!(AccessDenied, "Access Denied because object protected by {e}")
+            }
+            e @ MetaError::LockState(_) => s3_error!(InvalidBucketState, "{e}"),
+            e @ MetaError::NoObjectLock => s3_error!(InvalidRequest, "{e}"),
+            e @ MetaError::InvalidLock(_) => s3_error!(InvalidArgument, "{e}"),
             MetaError::PreconditionFailed => s3_error!(PreconditionFailed),
             MetaError::InvalidPart(n) => s3_error!(
                 InvalidPart,

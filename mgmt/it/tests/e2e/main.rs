@@ -25,6 +25,7 @@ mod s3_api;
 mod s3_checksums;
 mod s3_conformance;
 mod s3_lifecycle;
+mod s3_object_lock;
 mod s3_requests;
 mod s3_tagging_cors;
 mod s3_versioning;

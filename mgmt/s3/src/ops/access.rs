@@ -250,22 +250,9 @@ pub(super) fn refuse_sse(h: &http::HeaderMap) -> S3Result<()> {
     }
 }
 
-/// A write asking for what Cairn does not keep: object lock (a retention mode,
-/// a date, a legal hold) or a storage class other than STANDARD. Refused,
-/// never ignored: a tool that asked for WORM retention must not believe it
-/// has it.
+/// A write asking for a storage class other than STANDARD: refused, never
+/// ignored.
 pub(super) fn refuse_unkept(h: &http::HeaderMap) -> S3Result<()> {
-    const LOCK: [&str; 3] = [
-        "x-amz-object-lock-mode",
-        "x-amz-object-lock-retain-until-date",
-        "x-amz-object-lock-legal-hold",
-    ];
-    if let Some(n) = LOCK.into_iter().find(|n| h.contains_key(*n)) {
-        return Err(s3_error!(
-            InvalidRequest,
-            "Bucket is missing Object Lock Configuration ({n}): Cairn does not support object lock yet"
-        ));
-    }
     match h.get("x-amz-storage-class") {
         Some(c) if c.as_bytes() != b"STANDARD" => Err(s3_error!(
             InvalidStorageClass,

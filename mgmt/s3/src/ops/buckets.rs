@@ -12,12 +12,9 @@ pub(super) async fn create_bucket(
 ) -> S3Result<S3Response<CreateBucketOutput>> {
     let tenant = s3.tenant(&req)?;
     super::access::refuse_grants(&req.headers, None, "")?;
-    if req.input.object_lock_enabled_for_bucket == Some(true) {
-        return Err(s3_error!(
-            NotImplemented,
-            "Cairn does not support object lock yet"
-        ));
-    }
+    // Object lock at creation: the bucket is versioned and locked in the same
+    // step, so no write can land between.
+    let locked = req.input.object_lock_enabled_for_bucket == Some(true);
     let name = &req.input.bucket;
     check_bucket_name(name)?;
     let location = req
@@ -42,8 +39,16 @@ pub(super) async fn create_bucket(
             ));
         }
     }
+    let record = cairn_meta::BucketRecord {
+        tenant,
+        created_ms: cairn_meta::now_ms(),
+        location,
+        versioning: locked.then_some(cairn_meta::Versioning::Enabled),
+        object_lock: locked.then(cairn_meta::BucketLock::default),
+        ..Default::default()
+    };
     s3.store
-        .create_bucket(tenant, name, location)
+        .create_bucket_as(tenant, name, record)
         .await
         .map_err(to_s3)?;
     Ok(S3Response::new(CreateBucketOutput {

@@ -198,6 +198,7 @@ pub(super) fn attrs(
 
 /// Serves the object's kept headers with `resp`.
 pub(super) fn serve_headers<T>(rec: &ObjectRecord, resp: &mut s3s::S3Response<T>) {
+    super::lock::headers(&rec.lock, &mut resp.headers);
     for (k, v) in &rec.headers {
         if let (Ok(k), Ok(v)) = (
             http::HeaderName::from_bytes(k.as_bytes()),

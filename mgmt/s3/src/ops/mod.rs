@@ -1,6 +1,6 @@
 //! The S3 operations Cairn serves, each a thin translation onto the object store.
 //! The trait's methods below are the whole surface, in one place; each family's
-//! module does the work (`buckets`, `objects`, `listing`, `multipart`), on what
+//! module does the work (`buckets`, `objects`, `listing`, `multipart`, `lock`...), on what
 //! `common` shares.
 
 mod access;
@@ -10,6 +10,7 @@ mod common;
 mod config;
 mod lifecycle;
 mod listing;
+mod lock;
 mod multipart;
 mod objects;
 mod tagging;
@@ -388,5 +389,47 @@ impl S3 for CairnS3 {
         req: S3Request<DeleteBucketLifecycleInput>,
     ) -> S3Result<S3Response<DeleteBucketLifecycleOutput>> {
         lifecycle::delete_bucket_lifecycle(self, req).await
+    }
+
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        lock::put_configuration(self, req).await
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        lock::get_configuration(self, req).await
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        lock::put_retention(self, req).await
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        lock::get_retention(self, req).await
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        lock::put_legal_hold(self, req).await
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        lock::get_legal_hold(self, req).await
     }
 }

@@ -30,6 +30,11 @@ pub(super) async fn create_multipart_upload(
     let full_object = full_object_checksum(algorithm, input.checksum_type.as_ref())?;
     let mut attrs = attrs(&req.headers, input.content_type, input.metadata)?;
     attrs.tags = super::tagging::from_header(input.tagging.as_deref())?;
+    attrs.lock = super::lock::of_write(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     let id = s3
         .store
         .create_upload(

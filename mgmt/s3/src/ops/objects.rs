@@ -1,6 +1,7 @@
 //! Objects: put, get, head, delete (one or many), copy.
 
 use super::common::*;
+use super::lock::bypass as access_bypass;
 use super::{access, CairnS3};
 use crate::error::to_s3;
 use crate::integrity::{self, Expectations, Verified};
@@ -40,6 +41,11 @@ pub(super) async fn put_object(
     let (body, verdict) = Verified::new(body, expect);
     let mut attrs = attrs(&req.headers, input.content_type, input.metadata)?;
     attrs.tags = super::tagging::from_header(input.tagging.as_deref())?;
+    attrs.lock = super::lock::of_write(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     attrs.checksum = verdict.slot.clone();
     let rec = s3
         .store
@@ -224,6 +230,7 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let tenant = s3.tenant(&req)?;
+    let bypass = access_bypass(s3, &req, req.input.bypass_governance_retention)?;
     let input = req.input;
     let version = version_arg(input.version_id.as_deref())?.map(str::to_string);
     if input.if_match_last_modified_time.is_some() || input.if_match_size.is_some() {
@@ -235,7 +242,7 @@ pub(super) async fn delete_object(
     let cond = precondition(input.if_match, None)?;
     let deleted = s3
         .store
-        .delete_version(tenant, &input.bucket, &input.key, cond, version)
+        .delete_version(tenant, &input.bucket, &input.key, cond, version, bypass)
         .await
         .map_err(to_s3)?;
     Ok(S3Response::new(DeleteObjectOutput {
@@ -250,6 +257,7 @@ pub(super) async fn delete_objects(
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
     let tenant = s3.tenant(&req)?;
+    let bypass = access_bypass(s3, &req, req.input.bypass_governance_retention)?;
     let input = req.input;
     s3.store
         .bucket(tenant, &input.bucket)
@@ -283,6 +291,7 @@ pub(super) async fn delete_objects(
                         &o.key,
                         cond,
                         version.map(str::to_string),
+                        bypass,
                     )
                     .await
                     .map_err(to_s3)
@@ -552,6 +561,13 @@ pub(super) async fn copy_object(
             ))
         }
     };
+    // The copy's lock is what the request asks (or the bucket's default),
+    // never the source's, as in S3.
+    attrs.lock = super::lock::of_write(
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?;
     // The copy is one piece: its checksum is a full-object one in the algorithm
     // asked for, else the source's (made anew from the bytes, as S3 does, so a
     // composite checksum of a multipart source becomes the copy's whole CRC or
