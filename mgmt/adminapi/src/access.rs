@@ -135,6 +135,10 @@ actions! {
     SnapshotCreate = Post routes::SNAPSHOTS, Operator;
     /// Deleting a snapshot gives up the only copy of what it kept.
     SnapshotDelete = Delete routes::SNAPSHOT, Admin;
+    ReplicationShow = Get routes::REPLICATION, Reader;
+    /// Where a bucket's data is sent, with whose credentials.
+    ReplicationSet = Put routes::REPLICATION, Admin;
+    ReplicationRemove = Delete routes::REPLICATION, Admin;
     ExportList = Get routes::EXPORTS, Reader;
     /// Which networks reach a bucket's data over NFS, where clients are known
     /// by their address alone.

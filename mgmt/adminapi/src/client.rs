@@ -4,8 +4,9 @@
 use crate::{
     routes, BucketView, ClusterStatus, DeleteTenant, ErrorBody, ErrorKind, ExportSpec, ExportView,
     GcRunQuery, GcStatus, InitRequest, JoinRequest, KeyView, NewKey, NewSnapshot, NewTenant,
-    NewUser, NodeDrives, NodeRequest, NodeStatus, QosSpec, QuotaSpec, ScrubStatus, SetDisabled,
-    SnapshotView, SnapshotsView, TenantView, TokenReply, UserView,
+    NewUser, NodeDrives, NodeRequest, NodeStatus, QosSpec, QuotaSpec, ReplicationSpec,
+    ReplicationView, ScrubStatus, SetDisabled, SnapshotView, SnapshotsView, TenantView, TokenReply,
+    UserView,
 };
 use cairn_credentials::CredentialError;
 use reqwest::{Method, RequestBuilder, StatusCode};
@@ -623,6 +624,34 @@ impl AdminClient {
         name: &str,
     ) -> Result<(), AdminError> {
         let route = routes::fill(routes::SNAPSHOT, &[tenant, bucket, name]);
+        let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
+        Ok(())
+    }
+
+    /// `GET /v1/tenants/{tenant}/buckets/{bucket}/replication`.
+    pub async fn replication(
+        &self,
+        tenant: &str,
+        bucket: &str,
+    ) -> Result<ReplicationView, AdminError> {
+        let route = routes::fill(routes::REPLICATION, &[tenant, bucket]);
+        self.call(Method::GET, &route, |r| r).await
+    }
+
+    /// `PUT /v1/tenants/{tenant}/buckets/{bucket}/replication`.
+    pub async fn set_replication(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        spec: &ReplicationSpec,
+    ) -> Result<ReplicationView, AdminError> {
+        let route = routes::fill(routes::REPLICATION, &[tenant, bucket]);
+        self.call(Method::PUT, &route, |r| r.json(spec)).await
+    }
+
+    /// `DELETE /v1/tenants/{tenant}/buckets/{bucket}/replication`.
+    pub async fn remove_replication(&self, tenant: &str, bucket: &str) -> Result<(), AdminError> {
+        let route = routes::fill(routes::REPLICATION, &[tenant, bucket]);
         let _: bool = self.call(Method::DELETE, &route, |r| r).await?;
         Ok(())
     }

@@ -24,6 +24,7 @@ mod gc;
 mod kv;
 mod node;
 mod protection;
+mod replication;
 mod scrub;
 mod snapshots;
 mod tenants;
@@ -48,6 +49,7 @@ pub use gc::{GcRound, GcRunQuery, GcStatus};
 pub use kv::{KvPoolView, KvStats, NewKvPool};
 pub use node::{DamageAtOpen, DriveStatus, LifecycleStatus, NodeDrives, NodeStatus, ReactorLoad};
 pub use protection::{ProtectionReport, ProtectionReportView};
+pub use replication::{ReplicationRuleSpec, ReplicationRuleView, ReplicationSpec, ReplicationView};
 pub use scrub::{ScrubPass, ScrubState, ScrubStatus};
 pub use snapshots::{NewSnapshot, SnapshotView, SnapshotsView};
 pub use tenants::{
@@ -137,6 +139,11 @@ pub mod routes {
     /// [`NewSnapshot`](crate::NewSnapshot) → [`SnapshotView`](crate::SnapshotView).
     /// `{tenant}` may be `root`.
     pub const SNAPSHOTS: &str = "/v1/tenants/{tenant}/buckets/{bucket}/snapshots";
+    /// `GET` → [`ReplicationView`](crate::ReplicationView); `PUT`
+    /// [`ReplicationSpec`](crate::ReplicationSpec) → the view; `DELETE` →
+    /// `true`: no longer replicated (the backlog dropped). `{tenant}` may be
+    /// `root`.
+    pub const REPLICATION: &str = "/v1/tenants/{tenant}/buckets/{bucket}/replication";
     /// `DELETE` → `true`: the snapshot and what only it kept go.
     pub const SNAPSHOT: &str = "/v1/tenants/{tenant}/buckets/{bucket}/snapshots/{snapshot}";
     /// `GET` → `Vec<`[`ExportView`](crate::ExportView)`>`: every tenant's NFS

@@ -23,6 +23,7 @@ mod lock;
 mod once;
 mod record_cache;
 mod records;
+mod replication;
 mod snapshots;
 mod usage;
 mod version_list;
@@ -43,6 +44,10 @@ pub use lock::{
 };
 pub use once::{Commit, Proposal, RequestId, REQUEST_WINDOW};
 pub use records::*;
+pub use replication::{
+    Pending, Replication, ReplicationRule, ReplicationStatus, ReplicationTarget, ShipState,
+    Shipped, REPLICA_OF,
+};
 pub use snapshots::{valid_name as valid_snapshot_name, MAX_SNAPSHOTS};
 use usage::Delta;
 pub use usage::{Quota, Usage};
@@ -407,6 +412,18 @@ pub enum Mutation {
         /// The proposer's clock: the retention in force is judged at it.
         now_ms: i64,
     },
+    /// The replication shipper's report of a batch (see [`replication`]):
+    /// `done` shipped, `failed` refused (with why) and to be tried again;
+    /// `bytes` shipped in `elapsed_ms`, at `now_ms` (the shipper's clock).
+    ReplicationDone {
+        bucket: String,
+        done: Vec<u64>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        failed: Vec<(u64, String)>,
+        bytes: u64,
+        elapsed_ms: u64,
+        now_ms: i64,
+    },
     /// Makes snapshot `name` of `bucket` (see [`snapshots`]).
     CreateSnapshot {
         bucket: String,
@@ -522,6 +539,8 @@ struct Dump {
     /// Which kept versions hold each extent.
     #[serde(default)]
     held: Vec<(u128, Vec<u8>)>,
+    #[serde(default)]
+    replication_queue: Vec<(String, u64, Vec<u8>)>,
 }
 
 struct Job {
@@ -601,6 +620,7 @@ impl MetaStore {
             tx.open_table(admin::ADMIN_CERTS)?;
             tx.open_table(snapshots::KEPT)?;
             tx.open_table(snapshots::HELD)?;
+            tx.open_table(replication::QUEUE)?;
             usage::rebuild(&tx, false)?;
             tx.commit()?;
         }
@@ -733,6 +753,12 @@ impl MetaStore {
             let (k, v) = e?;
             dump.held.push((k.value(), v.value().to_vec()));
         }
+        for e in tx.open_table(replication::QUEUE)?.iter()? {
+            let (k, v) = e?;
+            let (b, seq) = k.value();
+            dump.replication_queue
+                .push((b.to_string(), seq, v.value().to_vec()));
+        }
         dump.identity = identity::IdentityDump::export(&tx)?;
         dump.admin = Some(admin::AdminDump::export(&tx)?);
         let bytes = serde_json::to_vec(&dump)?;
@@ -751,6 +777,7 @@ impl MetaStore {
         tx.delete_table(VERSIONS)?;
         tx.delete_table(snapshots::KEPT)?;
         tx.delete_table(snapshots::HELD)?;
+        tx.delete_table(replication::QUEUE)?;
         tx.delete_table(SYSTEM)?;
         tx.delete_table(once::REQUESTS)?;
         tx.delete_table(once::REQUEST_ORDER)?;
@@ -782,6 +809,10 @@ impl MetaStore {
             let mut t = tx.open_table(snapshots::HELD)?;
             for (id, v) in &dump.held {
                 t.insert(*id, v.as_slice())?;
+            }
+            let mut t = tx.open_table(replication::QUEUE)?;
+            for (b, seq, v) in &dump.replication_queue {
+                t.insert((b.as_str(), *seq), v.as_slice())?;
             }
             let mut t = tx.open_table(SYSTEM)?;
             for (k, v) in &dump.system {
@@ -1109,6 +1140,7 @@ fn purge_tenant(
         }
         // Versions kept for its snapshots: left to the collector.
         snapshots::drop_unseen(tx, None, &name, &[])?;
+        replication::drop_bucket(tx, &name)?;
         freed.extend(drop_uploads(tx, &name)?);
         buckets.remove(name.as_str())?;
         usage::forget_bucket(tx, tenant, &name)?;
@@ -1210,6 +1242,7 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
                 None => return Err(MetaError::NoSuchBucket(name.clone())),
             };
             usage::forget_bucket(tx, tenant, name)?;
+            replication::drop_bucket(tx, name)?;
             Ok(Applied {
                 freed,
                 object: None,
@@ -1289,6 +1322,15 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
             record,
         } => {
             need_bucket(&buckets, bucket)?;
+            // A lock asked of a bucket without object lock: refused now, not
+            // at completion.
+            if !record.lock.is_none() {
+                let b = buckets.get(bucket.as_str())?.map(|v| v.value().to_vec());
+                let b: BucketRecord = serde_json::from_slice(&b.unwrap_or_default())?;
+                if b.object_lock.is_none() {
+                    return Err(MetaError::NoObjectLock);
+                }
+            }
             let mut uploads = tx.open_table(UPLOADS)?;
             uploads.insert(
                 (bucket.as_str(), upload_id.as_str()),
@@ -1551,6 +1593,14 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
             change,
             (*now_ms, *bypass_governance),
         ),
+        Mutation::ReplicationDone {
+            bucket,
+            done,
+            failed,
+            bytes,
+            elapsed_ms,
+            now_ms,
+        } => replication::done(tx, bucket, done, failed, (*bytes, *elapsed_ms, *now_ms)),
         Mutation::CreateSnapshot {
             bucket,
             name,
@@ -1574,12 +1624,23 @@ fn apply_change(tx: &redb::WriteTransaction, m: &Mutation) -> Result<Applied, Me
                             "versioning cannot be suspended on a bucket with object lock".into(),
                         ));
                     }
+                    if b.replication.is_some() && *v != Versioning::Enabled {
+                        return Err(MetaError::LockState(
+                            "versioning cannot be suspended while the bucket replicates".into(),
+                        ));
+                    }
                     b.versioning = Some(*v)
                 }
                 BucketChange::Nfs(e) => b.nfs = e.clone(),
                 BucketChange::ObjectLock(l) => {
                     lock::check_config(&b, l)?;
                     b.object_lock = Some(*l)
+                }
+                BucketChange::Replication(r) => {
+                    b.replication = replication::configure(tx, &b, r)?;
+                    if b.replication.is_none() {
+                        replication::drop_bucket(tx, name)?;
+                    }
                 }
             }
             buckets.insert(name.as_str(), serde_json::to_vec(&b)?.as_slice())?;

@@ -259,3 +259,57 @@ async fn the_lifecycle_never_removes_a_locked_version() {
     s.apply(expire).await.unwrap();
     assert!(s.object_version("b", "k", &old).unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_write_sharing_a_locked_versions_extents_never_destroys_it() {
+    let (_d, s) = setup(Some(Versioning::Enabled)).await;
+    lock_bucket(&s, None).await;
+    let v1 = put_at(&s, "k", 1, 1000, retained(LockMode::Compliance, 10 * DAY)).await;
+    // An NFS client's rebuild over the same extents, made while it took the
+    // bucket for unversioned: refused, the locked version stays.
+    let mut rebuilt = obj(1, 10);
+    rebuilt.modified_ms = 2000;
+    let r = s
+        .apply(Mutation::PutObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            record: rebuilt,
+            cond: Precondition::default(),
+            written_in: None,
+        })
+        .await;
+    assert!(matches!(r, Err(MetaError::ObjectLocked(_))), "{r:?}");
+    assert!(s.object_version("b", "k", &v1).unwrap().is_some());
+    // The very write applied again is still one version.
+    put_at(&s, "k", 1, 1000, retained(LockMode::Compliance, 10 * DAY)).await;
+    let versions = s.list_versions("b", "", None, None, None, 10).unwrap();
+    assert_eq!(versions.entries.len(), 1);
+}
+
+#[tokio::test]
+async fn an_upload_asking_for_a_lock_needs_a_bucket_with_object_lock() {
+    let (_d, s) = setup(Some(Versioning::Enabled)).await;
+    let record = UploadRecord {
+        key: "k".into(),
+        created_ms: 0,
+        content_type: None,
+        user_meta: Default::default(),
+        headers: Default::default(),
+        checksum_algorithm: None,
+        full_object_checksum: false,
+        tags: Default::default(),
+        lock: ObjectLock {
+            retention: None,
+            legal_hold: true,
+        },
+    };
+    let create = Mutation::CreateUpload {
+        bucket: "b".into(),
+        upload_id: "u".into(),
+        record,
+    };
+    let r = s.apply(create.clone()).await;
+    assert!(matches!(r, Err(MetaError::NoObjectLock)), "{r:?}");
+    lock_bucket(&s, None).await;
+    s.apply(create).await.unwrap();
+}

@@ -52,6 +52,9 @@ pub struct BucketRecord {
     /// Set: object lock is enabled (see [`crate::lock`]), for good.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_lock: Option<crate::BucketLock>,
+    /// Set: new versions are shipped to other clusters (see `replication`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<crate::Replication>,
 }
 
 /// A named, read-only view of a bucket as it was when the snapshot was made.
@@ -221,6 +224,8 @@ pub enum BucketChange {
     Nfs(Option<NfsExport>),
     /// Object lock enabled, with this default retention (see [`crate::lock`]).
     ObjectLock(crate::BucketLock),
+    /// The replication rules (none: removed, with the backlog).
+    Replication(Option<crate::Replication>),
 }
 
 /// One CORS rule of a bucket, as S3's `CORSRule`.

@@ -92,6 +92,14 @@ pub fn valid_id(id: &str) -> bool {
     id == "null" || seq_of(id).is_some()
 }
 
+/// The last version sequence number given out.
+pub(crate) fn last_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
+    match tx.open_table(SYSTEM)?.get(SEQ)? {
+        Some(v) => Ok(serde_json::from_slice::<u64>(v.value())?),
+        None => Ok(0),
+    }
+}
+
 pub(crate) fn next_seq(tx: &redb::WriteTransaction) -> Result<u64, MetaError> {
     let mut t = tx.open_table(SYSTEM)?;
     let last = match t.get(SEQ)? {
@@ -109,6 +117,7 @@ pub(crate) struct WriteState {
     versioning: Option<Versioning>,
     snapshots: Vec<u64>,
     object_lock: Option<crate::BucketLock>,
+    replication: Option<crate::Replication>,
 }
 
 /// The bucket's [`WriteState`], read on every write: only those fields are
@@ -126,6 +135,8 @@ fn write_state(buckets: &redb::Table<&str, &[u8]>, bucket: &str) -> Result<Write
         snapshots: std::collections::BTreeMap<String, Seq>,
         #[serde(default)]
         object_lock: Option<crate::BucketLock>,
+        #[serde(default)]
+        replication: Option<crate::Replication>,
     }
     match buckets.get(bucket)? {
         Some(v) => {
@@ -134,6 +145,7 @@ fn write_state(buckets: &redb::Table<&str, &[u8]>, bucket: &str) -> Result<Write
                 versioning: s.versioning,
                 snapshots: s.snapshots.into_values().map(|s| s.seq).collect(),
                 object_lock: s.object_lock,
+                replication: s.replication,
             })
         }
         None => Err(MetaError::NoSuchBucket(bucket.to_string())),
@@ -227,6 +239,17 @@ fn plan(
                     .eq(o.extents.iter().map(|e| e.id))
         })
     };
+    // Another write sharing the old one's extents (an NFS client's rebuild
+    // made while it still took the bucket for unversioned) would destroy the
+    // old version below: never one object lock keeps.
+    if let (Some(o), Some(n), Some(_)) = (&old, new, state) {
+        let replay = o.modified_ms == n.modified_ms && o.etag == n.etag;
+        if again(o) && !replay {
+            if let Some(why) = o.lock.refuses(n.modified_ms, false) {
+                return Err(MetaError::ObjectLocked(why));
+            }
+        }
+    }
     match state {
         None => p.gone.extend(old),
         Some(_) if old.as_ref().is_some_and(again) => p.gone.extend(old),
@@ -330,6 +353,14 @@ pub(crate) fn install(
     usage::account(tx, buckets, bucket, delta(&p.gone, Some(record), extra))?;
     p.carry_out(tx, &state, bucket, key)?;
     record.version = p.stamp.clone();
+    let what = (false, record.size, record.modified_ms);
+    crate::replication::enqueue(
+        tx,
+        state.replication.as_ref(),
+        (bucket, key),
+        &p.stamp,
+        what,
+    )?;
     objects.insert((bucket, key), serde_json::to_vec(&*record)?.as_slice())?;
     Ok(freed_by(p.gone, &record.extents))
 }
@@ -412,6 +443,14 @@ pub(crate) fn delete_latest(
             modified_ms,
         };
         put_version(&mut tx.open_table(VERSIONS)?, bucket, key, &marker)?;
+        let what = (true, 0, modified_ms);
+        crate::replication::enqueue(
+            tx,
+            state.replication.as_ref(),
+            (bucket, key),
+            &p.stamp,
+            what,
+        )?;
         deleted = Some(Deleted {
             version: p.stamp.clone(),
             marker: true,

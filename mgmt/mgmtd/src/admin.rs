@@ -271,6 +271,12 @@ pub(crate) async fn serve<F: std::future::Future<Output = ()> + Send + 'static>(
             get(crate::snapshots::list).post(crate::snapshots::create),
         )
         .route(routes::SNAPSHOT, delete(crate::snapshots::delete))
+        .route(
+            routes::REPLICATION,
+            get(crate::replication::show)
+                .put(crate::replication::set)
+                .delete(crate::replication::remove),
+        )
         .route(routes::EXPORTS, get(crate::tenants::exports))
         .route(
             routes::BUCKET_EXPORT,

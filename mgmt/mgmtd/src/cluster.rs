@@ -339,6 +339,7 @@ impl ClusterNode {
         let _ = self.store.set(store.clone());
         crate::scrub::keep_last_pass(&store, &self.data);
         store.start_background();
+        cairn_replication::Shipper::new(store.clone()).spawn(std::time::Duration::from_millis(250));
         tokio::spawn(async move {
             loop {
                 tokio::select! {

@@ -85,7 +85,9 @@ fn meta_kind(e: &MetaError) -> ErrorKind {
         | MetaError::NoSuchSshKey(_)
         | MetaError::NoSuchAdminCert(_)
         | MetaError::NoSuchSnapshot(_) => ErrorKind::NotFound,
-        MetaError::InvalidSnapshot(_) => ErrorKind::Invalid,
+        MetaError::InvalidSnapshot(_) | MetaError::InvalidLock(_) => ErrorKind::Invalid,
+        // (Replication needs versioning enabled.)
+        MetaError::LockState(_) => ErrorKind::Conflict,
         MetaError::TenantExists(_)
         | MetaError::UserExists(_)
         | MetaError::KeyExists

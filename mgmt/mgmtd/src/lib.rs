@@ -23,6 +23,7 @@ mod listen;
 mod local_bmc;
 mod metrics;
 mod page;
+mod replication;
 mod resp;
 mod scrub;
 mod sensors;

@@ -12,6 +12,7 @@ mod gc;
 mod kv;
 mod nodeos;
 mod qos;
+mod replication;
 mod scrub;
 mod snapshots;
 mod status;
@@ -152,6 +153,11 @@ enum Cmd {
     Snapshot {
         #[command(subcommand)]
         cmd: snapshots::SnapshotCmd,
+    },
+    /// Bucket replication to another cluster: rules, backlog, lag.
+    Replication {
+        #[command(subcommand)]
+        cmd: replication::ReplicationCmd,
     },
     /// The KV-cache tier: pools (named keyspaces) and their figures.
     Kv {
@@ -424,6 +430,7 @@ async fn main() -> std::process::ExitCode {
         Cmd::Kv { cmd } => kv::kv(cmd).await,
         Cmd::Export { cmd } => exports::export(cmd).await,
         Cmd::Snapshot { cmd } => snapshots::snapshot(cmd).await,
+        Cmd::Replication { cmd } => replication::replication(cmd).await,
         Cmd::Token { cmd } => access::token(cmd).await,
         Cmd::SshKey { cmd } => access::ssh_key(cmd).await,
         Cmd::Cert { cmd } => access::cert(cmd).await,

@@ -28,6 +28,7 @@ mod placement;
 mod ram;
 mod read;
 mod repair;
+mod replication;
 mod scrub;
 mod sealing;
 mod snapshots;

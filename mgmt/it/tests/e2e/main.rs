@@ -19,6 +19,7 @@ mod nfs_faults;
 mod page;
 mod qos;
 mod repair;
+mod replication;
 mod resp;
 mod s3_addressing;
 mod s3_api;

@@ -196,6 +196,27 @@ pub(super) fn attrs(
     })
 }
 
+/// `x-amz-replication-status` for a version its bucket replicates (or a
+/// replica), as S3 answers GET and HEAD.
+pub(super) fn replication_header<T>(
+    s3: &super::CairnS3,
+    tenant: u64,
+    (bucket, key): (&str, &str),
+    rec: &ObjectRecord,
+    resp: &mut s3s::S3Response<T>,
+) {
+    match s3.store.replication_state(tenant, bucket, key, rec) {
+        Ok(Some(s)) => {
+            resp.headers.insert(
+                "x-amz-replication-status",
+                http::HeaderValue::from_static(s),
+            );
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!("replication status of {bucket}/{key}: {e}"),
+    }
+}
+
 /// Serves the object's kept headers with `resp`.
 pub(super) fn serve_headers<T>(rec: &ObjectRecord, resp: &mut s3s::S3Response<T>) {
     super::lock::headers(&rec.lock, &mut resp.headers);

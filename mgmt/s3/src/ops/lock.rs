@@ -145,9 +145,11 @@ pub(super) async fn put_configuration(
     if conf.object_lock_enabled.as_ref().map(|e| e.as_str()) != Some(ObjectLockEnabled::ENABLED) {
         return Err(malformed());
     }
-    let default = match conf.rule.and_then(|r| r.default_retention) {
+    // A Rule must hold a DefaultRetention (AWS refuses an empty one).
+    let default = match conf.rule.map(|r| r.default_retention) {
         None => None,
-        Some(d) => {
+        Some(None) => return Err(malformed()),
+        Some(Some(d)) => {
             let mode = d.mode.as_ref().ok_or_else(malformed)?;
             let period = match (d.days, d.years) {
                 (Some(n), None) if n > 0 && n as u32 <= MAX_RETENTION_DAYS => {
@@ -155,10 +157,12 @@ pub(super) async fn put_configuration(
                 }
                 (None, Some(n)) if n > 0 && n <= 100 => LockPeriod::Years(n as u32),
                 (Some(_), Some(_)) | (None, None) => return Err(malformed()),
-                _ => return Err(s3_error!(
+                _ => {
+                    return Err(s3_error!(
                     InvalidArgument,
                     "Default retention period must be a positive integer value (at most 100 years)"
-                )),
+                ))
+                }
             };
             Some(cairn_meta::DefaultRetention {
                 mode: mode_of(mode.as_str())?,
@@ -257,7 +261,10 @@ pub(super) async fn put_retention(
     let tenant = s3.tenant(&req)?;
     let bypass = bypass(s3, &req, req.input.bypass_governance_retention)?;
     let input = req.input;
-    let version = super::common::version_arg(input.version_id.as_deref())?.map(str::to_string);
+    let version = super::common::version_arg(input.version_id.as_deref())?;
+    // (Answers for a version that cannot take a lock, as GET does.)
+    lock_of(s3, tenant, (&input.bucket, &input.key), version).await?;
+    let version = version.map(str::to_string);
     // No Retention, or one with neither field: the retention is removed.
     let r = input.retention.unwrap_or_default();
     let r = retention(
@@ -306,7 +313,9 @@ pub(super) async fn put_legal_hold(
 ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
     let tenant = s3.tenant(&req)?;
     let input = req.input;
-    let version = super::common::version_arg(input.version_id.as_deref())?.map(str::to_string);
+    let version = super::common::version_arg(input.version_id.as_deref())?;
+    lock_of(s3, tenant, (&input.bucket, &input.key), version).await?;
+    let version = version.map(str::to_string);
     let status = input.legal_hold.and_then(|h| h.status).ok_or_else(|| {
         s3_error!(
             MalformedXML,

@@ -152,6 +152,7 @@ pub(super) async fn get_object(
     }
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
+    replication_header(s3, tenant, (&input.bucket, &input.key), &rec, &mut resp);
     // A GET may override what is served (`response-cache-control=...` and the
     // like, signed into presigned download links).
     let overrides = [
@@ -222,6 +223,7 @@ pub(super) async fn head_object(
     // (206 is set by the server: s3s answers every HEAD 200.)
     let mut resp = S3Response::new(out);
     serve_headers(&rec, &mut resp);
+    replication_header(s3, tenant, (&input.bucket, &input.key), &rec, &mut resp);
     Ok(resp)
 }
 

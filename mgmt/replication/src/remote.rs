@@ -1,0 +1,183 @@
+//! A replication destination over S3: path-style requests signed with SigV4
+//! (`UNSIGNED-PAYLOAD`: the bytes are verified where they are read, and the
+//! destination checks the length), through one pooled HTTP client.
+
+use crate::ShipError;
+use aws_sigv4::http_request::{
+    sign, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use aws_sigv4::sign::v4;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::time::SystemTime;
+
+/// What a key's path segment escapes: everything but S3's unreserved
+/// characters and `/`.
+const KEY: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+use cairn_meta::REPLICA_OF;
+
+/// One destination bucket and its credentials.
+pub(crate) struct Remote {
+    http: reqwest::Client,
+    endpoint: String,
+    bucket: String,
+    region: String,
+    identity: aws_credential_types::Credentials,
+}
+
+/// The latest version of a key at the destination, as far as shipping cares.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum There {
+    /// An object, a replica of this source version if it says so.
+    Object { replica_of: Option<String> },
+    /// No object (nothing, or a delete marker).
+    Nothing,
+}
+
+impl Remote {
+    pub(crate) fn new(
+        http: reqwest::Client,
+        t: &cairn_meta::ReplicationTarget,
+        secret: &str,
+    ) -> Result<Remote, ShipError> {
+        if !t.endpoint.starts_with("http://") && !t.endpoint.starts_with("https://") {
+            return Err(ShipError::Config(format!(
+                "{}: the endpoint must be an http:// or https:// URL",
+                t.endpoint
+            )));
+        }
+        Ok(Remote {
+            http,
+            endpoint: t.endpoint.trim_end_matches('/').to_string(),
+            bucket: t.bucket.clone(),
+            region: t.region.clone(),
+            identity: aws_credential_types::Credentials::new(
+                &t.access_key,
+                secret,
+                None,
+                None,
+                "cairn-replication",
+            ),
+        })
+    }
+
+    fn url(&self, key: &str) -> String {
+        format!(
+            "{}/{}/{}",
+            self.endpoint,
+            self.bucket,
+            utf8_percent_encode(key, KEY)
+        )
+    }
+
+    /// A request to `url`, every header signed.
+    fn signed(
+        &self,
+        method: http::Method,
+        url: &str,
+        mut headers: Vec<(String, String)>,
+    ) -> Result<reqwest::RequestBuilder, ShipError> {
+        headers.push(("x-amz-content-sha256".into(), "UNSIGNED-PAYLOAD".into()));
+        let identity = self.identity.clone().into();
+        // S3's rules: the path as sent, escaped once, not normalised.
+        let mut settings = SigningSettings::default();
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(&self.region)
+            .name("s3")
+            .time(SystemTime::now())
+            .settings(settings)
+            .build()
+            .map_err(|e| ShipError::Config(format!("signing: {e}")))?
+            .into();
+        let signable = SignableRequest::new(
+            method.as_str(),
+            url,
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            SignableBody::UnsignedPayload,
+        )
+        .map_err(|e| ShipError::Config(format!("signing: {e}")))?;
+        let (instructions, _) = sign(signable, &params)
+            .map_err(|e| ShipError::Config(format!("signing: {e}")))?
+            .into_parts();
+        let mut req = self.http.request(method, url);
+        for (k, v) in &headers {
+            req = req.header(k, v);
+        }
+        for (k, v) in instructions.headers() {
+            req = req.header(k, v);
+        }
+        Ok(req)
+    }
+
+    async fn send(req: reqwest::RequestBuilder) -> Result<reqwest::Response, ShipError> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ShipError::Link(e.to_string()))?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let body = resp.text().await.unwrap_or_default();
+        // The S3 error code, if the answer has one.
+        let code = body
+            .split("<Code>")
+            .nth(1)
+            .and_then(|s| s.split("</Code>").next())
+            .unwrap_or("")
+            .to_string();
+        Err(ShipError::Refused {
+            status: status.as_u16(),
+            code,
+        })
+    }
+
+    /// PUTs `len` bytes of `body` as `key`, with `headers`.
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        len: u64,
+        body: reqwest::Body,
+        mut headers: Vec<(String, String)>,
+    ) -> Result<(), ShipError> {
+        let url = self.url(key);
+        headers.push(("content-length".into(), len.to_string()));
+        let req = self.signed(http::Method::PUT, &url, headers)?.body(body);
+        Self::send(req).await.map(|_| ())
+    }
+
+    /// DELETEs `key` (at a versioned destination: a delete marker).
+    pub(crate) async fn delete(&self, key: &str) -> Result<(), ShipError> {
+        let url = self.url(key);
+        let req = self.signed(http::Method::DELETE, &url, Vec::new())?;
+        Self::send(req).await.map(|_| ())
+    }
+
+    /// What `key`'s latest version is at the destination.
+    pub(crate) async fn head(&self, key: &str) -> Result<There, ShipError> {
+        let url = self.url(key);
+        let req = self.signed(http::Method::HEAD, &url, Vec::new())?;
+        match Self::send(req).await {
+            Ok(resp) => {
+                let name = format!("x-amz-meta-{REPLICA_OF}");
+                let replica_of = resp
+                    .headers()
+                    .get(name.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                Ok(There::Object { replica_of })
+            }
+            Err(ShipError::Refused { status: 404, .. }) => Ok(There::Nothing),
+            Err(e) => Err(e),
+        }
+    }
+}
