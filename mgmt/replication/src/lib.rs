@@ -59,6 +59,11 @@ pub struct Shipper {
     http: reqwest::Client,
     /// Buckets whose last batch failed whole: when to try again, and the wait.
     backoff: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// Buckets this shipper has shipped a batch of since it last became the
+    /// leader. Before that, the oldest queued versions may be ones another
+    /// shipper sent but did not report (it crashed, or lost the lead): each is
+    /// looked for at the destination first.
+    trusted: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -85,6 +90,7 @@ impl Shipper {
             store,
             http,
             backoff: Mutex::default(),
+            trusted: Mutex::default(),
         }
     }
 
@@ -93,7 +99,14 @@ impl Shipper {
     pub fn spawn(self, every: Duration) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             loop {
-                let busy = match self.store.leads() {
+                let leads = self.store.leads();
+                if !leads {
+                    self.trusted
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clear();
+                }
+                let busy = match leads {
                     true => match self.pass().await {
                         Ok(p) => p.shipped > 0,
                         Err(e) => {
@@ -162,13 +175,21 @@ impl Shipper {
             let remote = Remote::new(self.http.clone(), &rule.target, &secret);
             remotes.insert(rule.id.clone(), remote.map(Arc::new));
         }
+        let trusted = self
+            .trusted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(bucket);
         let started = Instant::now();
         let results: Vec<(u64, Result<u64, ShipError>)> = futures::stream::iter(batch)
             .map(|(seq, p)| {
                 let remote = remotes.get(&p.rule).map(|r| r.as_ref().map(Arc::clone));
                 async move {
                     let shipped = match remote {
-                        Some(Ok(remote)) => self.ship(rec.tenant, bucket, &remote, &p).await,
+                        Some(Ok(remote)) => {
+                            let look = !trusted || p.attempts > 0;
+                            self.ship(rec.tenant, bucket, &remote, &p, look).await
+                        }
                         Some(Err(e)) => Err(ShipError::Config(e.to_string())),
                         // Its rule was removed: nothing takes it any more.
                         None => Ok(0),
@@ -200,18 +221,24 @@ impl Shipper {
         self.store
             .report_shipped(rec.tenant, bucket, done, failed, (bytes, elapsed))
             .await?;
+        self.trusted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(bucket.to_string());
         Ok(pass)
     }
 
-    /// Ships one version; the bytes sent.
+    /// Ships one version; the bytes sent. With `look`, the destination is
+    /// asked first whether it has it already.
     async fn ship(
         &self,
         tenant: u64,
         bucket: &str,
         remote: &Remote,
         p: &Pending,
+        look: bool,
     ) -> Result<u64, ShipError> {
-        if p.attempts > 0 {
+        if look {
             // Shipped before the failure that was recorded (or the report lost)?
             let there = remote.head(&p.key).await?;
             let already = match &there {
@@ -244,6 +271,22 @@ impl Shipper {
         for (k, v) in &rec.headers {
             headers.push((k.clone(), v.clone()));
         }
+        // Object lock travels with the version (the destination bucket must
+        // have object lock, as S3 requires; else it refuses, and says so).
+        if let Some(r) = rec.lock.retention {
+            let mode = match r.mode {
+                cairn_meta::LockMode::Governance => "GOVERNANCE",
+                cairn_meta::LockMode::Compliance => "COMPLIANCE",
+            };
+            headers.push(("x-amz-object-lock-mode".into(), mode.into()));
+            headers.push((
+                "x-amz-object-lock-retain-until-date".into(),
+                rfc3339(r.until_ms),
+            ));
+        }
+        if rec.lock.legal_hold {
+            headers.push(("x-amz-object-lock-legal-hold".into(), "ON".into()));
+        }
         if !rec.tags.is_empty() {
             let tags: Vec<String> = rec
                 .tags
@@ -258,6 +301,42 @@ impl Shipper {
     }
 }
 
+/// `ms` since the epoch as RFC 3339 (UTC, milliseconds).
+fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms.rem_euclid(1000)
+    )
+}
+
 fn escape(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn dates_are_rfc3339() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(
+            super::rfc3339(4_102_444_799_000),
+            "2099-12-31T23:59:59.000Z"
+        );
+    }
 }
