@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shell-level check of a real node: `nodectl dev up` on file-backed drives, the aws
-# CLI, s3cmd, boto3 (the core API, then tagging, CORS and versions; snapshots; object lock) and minio-py against it, redis-cli against its RESP port,
+# CLI, s3cmd, boto3 (the core API, then tagging, CORS and versions; snapshots; object lock; replication to a second node) and minio-py against it, redis-cli against its RESP port,
 # libnfs's nfs-cp, nfs-cat and nfs-ls against its NFS port (the same bucket over both), then kill -9 of every Cairn process, a restart on the
 # same data directory, and every object read back by hash.
 #
@@ -134,6 +134,8 @@ echo "-- bucket snapshots (nodectl, boto3, aws CLI)"
 python3 ci/s3_snapshots.py "$endpoint" "$bin/nodectl" "$work/data"
 echo "-- object lock (boto3, aws CLI, a tenant's admin and read-write users)"
 python3 ci/s3_object_lock.py "$endpoint" "$bin/nodectl" "$work/data"
+echo "-- bucket replication to a second node (nodectl, boto3, the destination stopped and started)"
+python3 ci/s3_replication.py "$endpoint" "$bin/nodectl" "$work/data" "$work"
 [[ -z "$(aws_ s3api get-bucket-versioning --bucket cli-check)" ]] || fail "aws s3api get-bucket-versioning"
 echo "  ok  aws s3api get-bucket-versioning: never enabled"
 echo "-- redis-cli (RESP)"
