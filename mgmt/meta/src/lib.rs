@@ -1889,6 +1889,8 @@ mod file_tests;
 #[cfg(test)]
 mod lock_tests;
 #[cfg(test)]
+mod replication_tests;
+#[cfg(test)]
 mod snapshot_tests;
 #[cfg(test)]
 mod tests;

@@ -354,9 +354,12 @@ pub(crate) fn install(
     p.carry_out(tx, &state, bucket, key)?;
     record.version = p.stamp.clone();
     let what = (false, record.size, record.modified_ms);
+    // A replica is not shipped on (two clusters replicating to each other
+    // would pass it back and forth for ever).
+    let replica = record.user_meta.contains_key(crate::REPLICA_OF);
     crate::replication::enqueue(
         tx,
-        state.replication.as_ref(),
+        state.replication.as_ref().filter(|_| !replica),
         (bucket, key),
         &p.stamp,
         what,
