@@ -22,14 +22,16 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 py=python3
-if ! $py -c 'import boto3, minio, redis, awscrt, prometheus_client' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
-  ! command -v s3cmd >/dev/null 2>&1; then
-  echo "ci/install-deps: pip install awscli boto3 minio s3cmd redis awscrt prometheus_client"
-  $py -m pip install -q awscli boto3 minio s3cmd redis awscrt prometheus_client 2>/dev/null ||
-    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd redis awscrt prometheus_client
+if ! $py -c 'import boto3, minio, redis, awscrt, prometheus_client, moto' 2>/dev/null || ! command -v aws >/dev/null 2>&1 ||
+  ! command -v s3cmd >/dev/null 2>&1 || ! command -v moto_server >/dev/null 2>&1; then
+  echo "ci/install-deps: pip install awscli boto3 minio s3cmd redis awscrt prometheus_client moto[server]"
+  $py -m pip install -q awscli boto3 minio s3cmd redis awscrt prometheus_client 'moto[server]' 2>/dev/null ||
+    $py -m pip install -q --break-system-packages awscli boto3 minio s3cmd redis awscrt prometheus_client 'moto[server]'
 fi
 # pyenv keeps console scripts behind shims that need a rehash.
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 command -v aws >/dev/null || { echo "ci/install-deps: aws CLI missing after install" >&2; exit 1; }
 command -v s3cmd >/dev/null || { echo "ci/install-deps: s3cmd missing after install" >&2; exit 1; }
+# (moto_server: an S3 endpoint that is not Cairn, as a replication destination.)
+command -v moto_server >/dev/null || { echo "ci/install-deps: moto_server missing after install" >&2; exit 1; }
 echo "ci/install-deps: ok"

@@ -174,9 +174,58 @@ def run(endpoint, nodectl, data, work, kw, port, restart, dest):
           "after the outage: nothing missing, nothing reordered, nothing twice")
     ctl("replication", "remove", "root", SRC)
     print("  ok  nodectl replication remove")
+    to_moto(src, ctl, work)
     # (The source's count of objects is checked later by s3-check.)
     boto3.resource("s3", endpoint_url=src.meta.endpoint_url, **kw).Bucket(SRC).object_versions.all().delete()
     src.delete_bucket(Bucket=SRC)
+
+
+def to_moto(src, ctl, work):
+    """The same to an S3 endpoint that is not Cairn: moto's server."""
+    port = free_port()
+    log = open(f"{work}/moto.log", "ab")
+    moto = subprocess.Popen(["moto_server", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    procs.append(moto)
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break
+        except OSError:
+            time.sleep(0.1)
+    dst = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    dst.create_bucket(Bucket="moto-dest")
+    dst.put_bucket_versioning(Bucket="moto-dest", VersioningConfiguration={"Status": "Enabled"})
+    b = "repl-to-moto"
+    src.create_bucket(Bucket=b)
+    src.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+    with open(f"{work}/moto.secret", "w") as f:
+        f.write("testing")
+    ctl("replication", "set", "root", b, "--endpoint", f"http://127.0.0.1:{port}",
+        "--to-bucket", "moto-dest", "--access-key", "testing", "--secret-key-file", f"{work}/moto.secret")
+    for r in range(3):
+        src.put_object(Bucket=b, Key="k ü+1", Body=f"round {r}".encode(), Tagging="a=b")
+    src.put_object(Bucket=b, Key="gone", Body=b"x")
+    src.delete_object(Bucket=b, Key="gone")
+    until = time.time() + 60
+    while json.loads(ctl("replication", "status", "root", b, "--json"))["backlog"] and time.time() < until:
+        time.sleep(0.3)
+    v = dst.list_object_versions(Bucket="moto-dest")
+    bodies = [dst.get_object(Bucket="moto-dest", Key=x["Key"], VersionId=x["VersionId"])["Body"].read()
+              for x in v.get("Versions", []) if x["Key"] == "k ü+1"]
+    markers = [m["Key"] for m in v.get("DeleteMarkers", []) if m["IsLatest"]]
+    tags = dst.get_object_tagging(Bucket="moto-dest", Key="k ü+1")["TagSet"]
+    check(bodies == [b"round 2", b"round 1", b"round 0"] and markers == ["gone"]
+          and tags == [{"Key": "a", "Value": "b"}],
+          "to moto (an S3 endpoint that is not Cairn): versions in order, the marker, the tags")
+    ctl("replication", "remove", "root", b)
+    boto3.resource("s3", endpoint_url=src.meta.endpoint_url, region_name="us-east-1",
+                   aws_access_key_id=os.environ["CAIRN_ROOT_ACCESS_KEY"],
+                   aws_secret_access_key=os.environ["CAIRN_ROOT_SECRET_KEY"]
+                   ).Bucket(b).object_versions.all().delete()
+    src.delete_bucket(Bucket=b)
 
 
 if __name__ == "__main__":
