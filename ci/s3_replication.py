@@ -121,6 +121,14 @@ def run(endpoint, nodectl, data, work, kw, port, restart, dest):
         "--to-bucket", DST, "--access-key", os.environ["CAIRN_ROOT_ACCESS_KEY"],
         "--secret-key-file", secret)
     print("  ok  nodectl replication set")
+    conf = src.get_bucket_replication(Bucket=SRC)["ReplicationConfiguration"]
+    check([r["Destination"]["Bucket"] for r in conf["Rules"]] == [f"arn:aws:s3:::{DST}"],
+          "GetBucketReplication shows the rule")
+    try:
+        src.put_bucket_replication(Bucket=SRC, ReplicationConfiguration=conf)
+        raise SystemExit("s3_replication: FAILED: PutBucketReplication was taken")
+    except src.exceptions.ClientError as e:
+        check(e.response["Error"]["Code"] == "NotImplemented", "PutBucketReplication: NotImplemented (nodectl sets rules)")
 
     def status():
         return json.loads(ctl("replication", "status", "root", SRC, "--json"))

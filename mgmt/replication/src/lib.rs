@@ -123,14 +123,34 @@ impl Shipper {
         })
     }
 
-    /// One batch of every replicating bucket.
+    /// One batch of every replicating bucket, several buckets at once (a
+    /// destination that stalls holds up its own buckets only).
     pub async fn pass(&self) -> Result<Pass, ShipError> {
+        let buckets: Vec<(String, BucketRecord)> = self
+            .store
+            .meta()
+            .buckets()?
+            .into_iter()
+            .filter(|(b, rec)| rec.replication.is_some() && !self.waiting(b))
+            .collect();
+        let results: Vec<(String, Result<Pass, ShipError>)> = futures::stream::iter(buckets)
+            .map(|(bucket, rec)| async move {
+                let p = self.bucket(&bucket, &rec).await;
+                (bucket, p)
+            })
+            .buffer_unordered(PARALLEL)
+            .collect()
+            .await;
         let mut pass = Pass::default();
-        for (bucket, rec) in self.store.meta().buckets()? {
-            if rec.replication.is_none() || self.waiting(&bucket) {
-                continue;
-            }
-            let p = self.bucket(&bucket, &rec).await?;
+        let mut first_error = None;
+        for (bucket, p) in results {
+            let p = match p {
+                Ok(p) => p,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
             let mut backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
             if p.failed > 0 && p.shipped == 0 {
                 let wait = backoff
@@ -145,7 +165,14 @@ impl Shipper {
             pass.shipped += p.shipped;
             pass.failed += p.failed;
         }
-        Ok(pass)
+        match first_error {
+            Some(e) if pass.shipped == 0 => Err(e),
+            Some(e) => {
+                tracing::warn!("replication pass: {e}");
+                Ok(pass)
+            }
+            None => Ok(pass),
+        }
     }
 
     fn waiting(&self, bucket: &str) -> bool {
@@ -172,8 +199,21 @@ impl Shipper {
         let mut remotes = HashMap::new();
         for rule in &r.rules {
             let secret = self.store.open_target_secret(&rule.target)?;
-            let remote = Remote::new(self.http.clone(), &rule.target, &secret);
-            remotes.insert(rule.id.clone(), remote.map(Arc::new));
+            let remote = match Remote::new(self.http.clone(), &rule.target, &secret) {
+                // S3 requires versioning at the destination too: without it
+                // every shipment would replace the one before (reported, and
+                // retried until it is enabled).
+                Ok(remote) => match remote.versioned().await {
+                    Ok(true) => Ok(Arc::new(remote)),
+                    Ok(false) => Err(ShipError::Config(format!(
+                        "the destination bucket {} does not have versioning enabled",
+                        rule.target.bucket
+                    ))),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            remotes.insert(rule.id.clone(), remote.map_err(|e| e.to_string()));
         }
         let trusted = self
             .trusted
@@ -183,15 +223,21 @@ impl Shipper {
         let started = Instant::now();
         let results: Vec<(u64, Result<u64, ShipError>)> = futures::stream::iter(batch)
             .map(|(seq, p)| {
-                let remote = remotes.get(&p.rule).map(|r| r.as_ref().map(Arc::clone));
+                // The rule that queued it, or (its rules replaced since) the
+                // one that takes the key now.
+                let rule = match remotes.contains_key(&p.rule) {
+                    true => Some(p.rule.clone()),
+                    false => r.rule_for(&p.key).map(|r| r.id.clone()),
+                };
+                let remote = rule.and_then(|id| remotes.get(&id).cloned());
                 async move {
                     let shipped = match remote {
                         Some(Ok(remote)) => {
                             let look = !trusted || p.attempts > 0;
                             self.ship(rec.tenant, bucket, &remote, &p, look).await
                         }
-                        Some(Err(e)) => Err(ShipError::Config(e.to_string())),
-                        // Its rule was removed: nothing takes it any more.
+                        Some(Err(e)) => Err(ShipError::Config(e)),
+                        // No rule takes the key any more.
                         None => Ok(0),
                     };
                     (seq, shipped)
@@ -218,14 +264,60 @@ impl Shipper {
             failed: failed.len() as u64,
         };
         let elapsed = started.elapsed().as_millis() as u64;
-        self.store
+        let reported = self
+            .store
             .report_shipped(rec.tenant, bucket, done, failed, (bytes, elapsed))
-            .await?;
+            .await;
+        if let Err(e) = reported {
+            // What was shipped stays queued: looked for before it is sent again.
+            self.trusted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(bucket);
+            return Err(e.into());
+        }
         self.trusted
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(bucket.to_string());
         Ok(pass)
+    }
+
+    /// Whether the destination's latest version of the key is already this
+    /// one: a delete marker for a marker; for an object, a replica naming this
+    /// source version with its size (and, for a single-PUT source, its MD5
+    /// ETag), so that a forged name alone does not pass for the bytes.
+    async fn there_already(
+        &self,
+        bucket: &str,
+        remote: &Remote,
+        p: &Pending,
+    ) -> Result<bool, ShipError> {
+        let there = remote.head(&p.key).await?;
+        Ok(match there {
+            There::Marker => p.marker,
+            There::Nothing => false,
+            There::Object {
+                replica_of,
+                size,
+                etag,
+            } => {
+                if p.marker || replica_of.as_deref() != Some(&p.version_id) {
+                    return Ok(false);
+                }
+                let version = self
+                    .store
+                    .meta()
+                    .object_version(bucket, &p.key, &p.version_id)?;
+                match version {
+                    Some((Version::Object(rec), _)) => {
+                        let md5 = !rec.etag.contains('-');
+                        size == Some(rec.size) && (!md5 || etag.as_deref() == Some(&rec.etag))
+                    }
+                    _ => true,
+                }
+            }
+        })
     }
 
     /// Ships one version; the bytes sent. With `look`, the destination is
@@ -240,12 +332,7 @@ impl Shipper {
     ) -> Result<u64, ShipError> {
         if look {
             // Shipped before the failure that was recorded (or the report lost)?
-            let there = remote.head(&p.key).await?;
-            let already = match &there {
-                There::Nothing => p.marker,
-                There::Object { replica_of } => replica_of.as_deref() == Some(&p.version_id),
-            };
-            if already {
+            if self.there_already(bucket, remote, p).await? {
                 return Ok(0);
             }
         }
@@ -265,7 +352,8 @@ impl Shipper {
         if let Some(ct) = &rec.content_type {
             headers.push(("content-type".into(), ct.clone()));
         }
-        for (k, v) in &rec.user_meta {
+        // (The name replication keeps for itself is not the client's to send on.)
+        for (k, v) in rec.user_meta.iter().filter(|(k, _)| *k != REPLICA_OF) {
             headers.push((format!("x-amz-meta-{k}"), v.clone()));
         }
         for (k, v) in &rec.headers {

@@ -9,7 +9,12 @@ use aws_sigv4::http_request::{
 };
 use aws_sigv4::sign::v4;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+/// How long a request without a body may take.
+const SHORT: Duration = Duration::from_secs(30);
+/// The slowest a body may go before its request is given up: 1 MB/s.
+const SLOWEST_BPS: u64 = 1_000_000;
 
 /// What a key's path segment escapes: everything but S3's unreserved
 /// characters and `/`.
@@ -34,9 +39,16 @@ pub(crate) struct Remote {
 /// The latest version of a key at the destination, as far as shipping cares.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum There {
-    /// An object, a replica of this source version if it says so.
-    Object { replica_of: Option<String> },
-    /// No object (nothing, or a delete marker).
+    /// An object, a replica of this source version if it says so, of this
+    /// size and ETag.
+    Object {
+        replica_of: Option<String>,
+        size: Option<u64>,
+        etag: Option<String>,
+    },
+    /// A delete marker.
+    Marker,
+    /// No version at all.
     Nothing,
 }
 
@@ -67,13 +79,21 @@ impl Remote {
         })
     }
 
-    fn url(&self, key: &str) -> String {
-        format!(
+    fn url(&self, key: &str) -> Result<String, ShipError> {
+        // An HTTP client resolves `.` and `..` segments however they are
+        // escaped (the URL standard says so), so the key would not arrive as
+        // itself: refused, and said why.
+        if key.split('/').any(|seg| seg == "." || seg == "..") {
+            return Err(ShipError::Config(format!(
+                "{key:?}: a key with a `.` or `..` path segment cannot be sent as an HTTP path"
+            )));
+        }
+        Ok(format!(
             "{}/{}/{}",
             self.endpoint,
             self.bucket,
             utf8_percent_encode(key, KEY)
-        )
+        ))
     }
 
     /// A request to `url`, every header signed.
@@ -108,7 +128,7 @@ impl Remote {
         let (instructions, _) = sign(signable, &params)
             .map_err(|e| ShipError::Config(format!("signing: {e}")))?
             .into_parts();
-        let mut req = self.http.request(method, url);
+        let mut req = self.http.request(method, url).timeout(SHORT);
         for (k, v) in &headers {
             req = req.header(k, v);
         }
@@ -149,35 +169,62 @@ impl Remote {
         body: reqwest::Body,
         mut headers: Vec<(String, String)>,
     ) -> Result<(), ShipError> {
-        let url = self.url(key);
+        let url = self.url(key)?;
         headers.push(("content-length".into(), len.to_string()));
-        let req = self.signed(http::Method::PUT, &url, headers)?.body(body);
+        let limit = SHORT + Duration::from_secs(len / SLOWEST_BPS);
+        let req = self
+            .signed(http::Method::PUT, &url, headers)?
+            .timeout(limit)
+            .body(body);
         Self::send(req).await.map(|_| ())
     }
 
     /// DELETEs `key` (at a versioned destination: a delete marker).
     pub(crate) async fn delete(&self, key: &str) -> Result<(), ShipError> {
-        let url = self.url(key);
+        let url = self.url(key)?;
         let req = self.signed(http::Method::DELETE, &url, Vec::new())?;
         Self::send(req).await.map(|_| ())
     }
 
     /// What `key`'s latest version is at the destination.
     pub(crate) async fn head(&self, key: &str) -> Result<There, ShipError> {
-        let url = self.url(key);
+        let url = self.url(key)?;
         let req = self.signed(http::Method::HEAD, &url, Vec::new())?;
-        match Self::send(req).await {
-            Ok(resp) => {
-                let name = format!("x-amz-meta-{REPLICA_OF}");
-                let replica_of = resp
-                    .headers()
-                    .get(name.as_str())
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                Ok(There::Object { replica_of })
-            }
-            Err(ShipError::Refused { status: 404, .. }) => Ok(There::Nothing),
-            Err(e) => Err(e),
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| ShipError::Link(e.to_string()))?;
+        let header = |name: &str| {
+            resp.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        match resp.status().as_u16() {
+            200 => Ok(There::Object {
+                replica_of: header(&format!("x-amz-meta-{REPLICA_OF}")),
+                size: header("content-length").and_then(|l| l.parse().ok()),
+                etag: header("etag").map(|e| e.trim_matches('"').to_string()),
+            }),
+            404 if header("x-amz-delete-marker").as_deref() == Some("true") => Ok(There::Marker),
+            404 => Ok(There::Nothing),
+            status => Err(ShipError::Refused {
+                status,
+                code: header("x-amz-error-code").unwrap_or_default(),
+            }),
         }
+    }
+
+    /// Whether the destination bucket keeps versions (else every shipment
+    /// would replace the one before, and a delete marker delete for good).
+    pub(crate) async fn versioned(&self) -> Result<bool, ShipError> {
+        let url = format!("{}/{}?versioning", self.endpoint, self.bucket);
+        let req = self.signed(http::Method::GET, &url, Vec::new())?;
+        let body = Self::send(req)
+            .await?
+            .text()
+            .await
+            .map_err(|e| ShipError::Link(e.to_string()))?;
+        Ok(body.contains("<Status>Enabled</Status>"))
     }
 }

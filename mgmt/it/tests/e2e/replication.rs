@@ -137,7 +137,14 @@ async fn replication_ships_in_order_and_catches_up_after_an_outage() {
     assert!(ok, "{err}");
     assert!(out.contains("replicates"), "{out}");
 
-    // Writes, overwrites and a delete, shipped.
+    // Writes, overwrites and deletes (one of a key never written: a marker
+    // first), shipped.
+    s.delete_object()
+        .bucket(SRC)
+        .key("ghost")
+        .send()
+        .await
+        .unwrap();
     let big = random_bytes(5 << 20, 1);
     for i in 0..12 {
         put(&s, &format!("k{i}"), format!("first {i}").as_bytes()).await;
@@ -223,6 +230,58 @@ async fn replication_ships_in_order_and_catches_up_after_an_outage() {
         history(&d, DST).await,
         want,
         "after catch-up: nothing missing, nothing reordered, nothing twice"
+    );
+
+    // An unversioned destination: refused (each shipment would replace the
+    // last), said why, retried; its rules replaced under another id, the
+    // versions queued under the first one ship all the same.
+    d.create_bucket().bucket("plain").send().await.unwrap();
+    let to_plain = |id: &str| {
+        nodectl(
+            &src,
+            &[
+                "replication",
+                "set",
+                "root",
+                SRC,
+                "--endpoint",
+                &dst.endpoint(),
+                "--to-bucket",
+                "plain",
+                "--id",
+                id,
+                "--access-key",
+                ACCESS_KEY,
+                "--secret-key-file",
+                secret.to_str().unwrap(),
+            ],
+        )
+    };
+    assert!(to_plain("first").0);
+    put(&s, "to-plain", b"waits for versioning").await;
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = status(&src);
+    assert_eq!(st["backlog"], 1, "{st}");
+    assert!(
+        st["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("versioning"),
+        "{st}"
+    );
+    enable_versioning(&d, "plain").await;
+    assert!(to_plain("second").0);
+    drained(&src, Duration::from_secs(60));
+    let got = d
+        .get_object()
+        .bucket("plain")
+        .key("to-plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().to_vec(),
+        b"waits for versioning"
     );
 
     // The rules removed: new writes stay here.

@@ -1,4 +1,5 @@
-//! A bucket's configuration subresources: CORS rules and the versioning state.
+//! A bucket's configuration subresources: CORS rules, the versioning state and
+//! the replication rules (read; set through nodectl).
 
 use super::CairnS3;
 use cairn_meta::{BucketChange, CorsRule, Versioning};
@@ -137,4 +138,70 @@ pub(super) async fn put_bucket_versioning(
             "The XML you provided was not well-formed or did not validate against our published schema"
         )),
     }
+}
+
+/// The bucket's replication rules as S3 shows them (destinations as bucket
+/// ARNs; the endpoint and credentials are nodectl's to show).
+pub(super) async fn get_bucket_replication(
+    s3: &CairnS3,
+    req: S3Request<GetBucketReplicationInput>,
+) -> S3Result<S3Response<GetBucketReplicationOutput>> {
+    let tenant = s3.tenant(&req)?;
+    let b = s3.bucket(tenant, &req.input.bucket).await?;
+    let Some(r) = b.replication else {
+        return Err(s3_error!(
+            ReplicationConfigurationNotFoundError,
+            "The replication configuration was not found"
+        ));
+    };
+    let status = |on: bool| match on {
+        true => DeleteMarkerReplicationStatus::from_static(DeleteMarkerReplicationStatus::ENABLED),
+        false => {
+            DeleteMarkerReplicationStatus::from_static(DeleteMarkerReplicationStatus::DISABLED)
+        }
+    };
+    let rules = r
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| ReplicationRule {
+            id: Some(rule.id.clone()),
+            // The first matching rule wins: the highest priority.
+            priority: Some((r.rules.len() - i) as i32),
+            status: ReplicationRuleStatus::from_static(ReplicationRuleStatus::ENABLED),
+            filter: Some(ReplicationRuleFilter {
+                prefix: Some(rule.prefix.clone()),
+                ..Default::default()
+            }),
+            delete_marker_replication: Some(DeleteMarkerReplication {
+                status: Some(status(rule.delete_markers)),
+            }),
+            destination: Destination {
+                bucket: format!("arn:aws:s3:::{}", rule.target.bucket),
+                ..Default::default()
+            },
+            existing_object_replication: None,
+            prefix: None,
+            source_selection_criteria: None,
+        })
+        .collect();
+    Ok(S3Response::new(GetBucketReplicationOutput {
+        replication_configuration: Some(ReplicationConfiguration {
+            role: String::new(),
+            rules,
+        }),
+    }))
+}
+
+/// Refused, saying where rules are set: S3's XML names a destination by
+/// bucket ARN and an IAM role, with no place for the endpoint and credentials
+/// of another cluster.
+pub(super) async fn put_bucket_replication(
+    _s3: &CairnS3,
+    _req: S3Request<PutBucketReplicationInput>,
+) -> S3Result<S3Response<PutBucketReplicationOutput>> {
+    Err(s3_error!(
+        NotImplemented,
+        "Replication rules are set by an administrator: nodectl replication set TENANT BUCKET --endpoint ... (see the README)"
+    ))
 }

@@ -432,4 +432,18 @@ impl S3 for CairnS3 {
     ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
         lock::get_legal_hold(self, req).await
     }
+
+    async fn get_bucket_replication(
+        &self,
+        req: S3Request<GetBucketReplicationInput>,
+    ) -> S3Result<S3Response<GetBucketReplicationOutput>> {
+        config::get_bucket_replication(self, req).await
+    }
+
+    async fn put_bucket_replication(
+        &self,
+        req: S3Request<PutBucketReplicationInput>,
+    ) -> S3Result<S3Response<PutBucketReplicationOutput>> {
+        config::put_bucket_replication(self, req).await
+    }
 }
