@@ -254,6 +254,23 @@ async fn lock_of(
     Ok(rec.lock)
 }
 
+/// Changes the lock of version `version` (the current one when none) of
+/// `bucket/key`, after answering as GET does for one that cannot take a lock.
+async fn change(
+    s3: &CairnS3,
+    tenant: u64,
+    (bucket, key): (&str, &str),
+    version: Option<&str>,
+    (change, bypass): (LockChange, bool),
+) -> S3Result<()> {
+    lock_of(s3, tenant, (bucket, key), version).await?;
+    let version = version.map(str::to_string);
+    s3.store
+        .set_object_lock(tenant, bucket, key, version, change, bypass)
+        .await
+        .map_err(to_s3)
+}
+
 pub(super) async fn put_retention(
     s3: &CairnS3,
     req: S3Request<PutObjectRetentionInput>,
@@ -262,26 +279,14 @@ pub(super) async fn put_retention(
     let bypass = bypass(s3, &req, req.input.bypass_governance_retention)?;
     let input = req.input;
     let version = super::common::version_arg(input.version_id.as_deref())?;
-    // (Answers for a version that cannot take a lock, as GET does.)
-    lock_of(s3, tenant, (&input.bucket, &input.key), version).await?;
-    let version = version.map(str::to_string);
     // No Retention, or one with neither field: the retention is removed.
     let r = input.retention.unwrap_or_default();
     let r = retention(
         r.mode.as_ref().map(|m| m.as_str()),
         r.retain_until_date.as_ref(),
     )?;
-    s3.store
-        .set_object_lock(
-            tenant,
-            &input.bucket,
-            &input.key,
-            version,
-            LockChange::Retention(r),
-            bypass,
-        )
-        .await
-        .map_err(to_s3)?;
+    let what = (LockChange::Retention(r), bypass);
+    change(s3, tenant, (&input.bucket, &input.key), version, what).await?;
     Ok(S3Response::new(PutObjectRetentionOutput::default()))
 }
 
@@ -314,26 +319,14 @@ pub(super) async fn put_legal_hold(
     let tenant = s3.tenant(&req)?;
     let input = req.input;
     let version = super::common::version_arg(input.version_id.as_deref())?;
-    lock_of(s3, tenant, (&input.bucket, &input.key), version).await?;
-    let version = version.map(str::to_string);
     let status = input.legal_hold.and_then(|h| h.status).ok_or_else(|| {
         s3_error!(
             MalformedXML,
             "The XML you provided was not well-formed or did not validate against our published schema"
         )
     })?;
-    let on = legal_hold(status.as_str())?;
-    s3.store
-        .set_object_lock(
-            tenant,
-            &input.bucket,
-            &input.key,
-            version,
-            LockChange::LegalHold(on),
-            false,
-        )
-        .await
-        .map_err(to_s3)?;
+    let what = (LockChange::LegalHold(legal_hold(status.as_str())?), false);
+    change(s3, tenant, (&input.bucket, &input.key), version, what).await?;
     Ok(S3Response::new(PutObjectLegalHoldOutput::default()))
 }
 
