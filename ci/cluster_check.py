@@ -424,6 +424,9 @@ def main():
         c.stop(d)
         read_all([n["node"] for n in nodes if n["node"] != d], "with the drained node stopped")
         versions_verify("with the drained node stopped", [n["node"] for n in nodes if n["node"] != d])
+    # Last: it kills the leader, and the steps above pick their nodes by number.
+    live = [n for n in nodes if n["node"] != a.drain]
+    replication_check(c, live, clients, key, secret, a.protect_timeout)
     print("cluster check passed")
 
 
@@ -736,6 +739,104 @@ def snapshots_check(c, nodes, clients):
 
     verify("written")
     return verify
+
+
+def replication_check(c, nodes, clients, key, secret, timeout):
+    """The cluster replicates a bucket to another cluster (a single node started
+    here); the leader, which ships, is killed with versions queued: the new
+    leader ships the backlog, and the destination ends with every version of
+    every key, in order, none twice."""
+    import socket
+
+    def free_port():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    work = tempfile.mkdtemp(prefix="cairn-repl-dest-")
+    port = free_port()
+    env = dict(os.environ, CAIRN_ROOT_ACCESS_KEY=key, CAIRN_ROOT_SECRET_KEY=secret)
+    log = open(os.path.join(work, "node.log"), "ab")
+    dest = subprocess.Popen(
+        [c.nodectl, "dev", "up", "--data", os.path.join(work, "data"), "--drive-size", "1G",
+         "--s3", f"127.0.0.1:{port}", "--resp", f"127.0.0.1:{free_port()}",
+         "--nfs", f"127.0.0.1:{free_port()}"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        dst = client(f"127.0.0.1:{port}", key, secret)
+        t = time.time()
+        while True:
+            try:
+                dst.list_buckets()
+                break
+            except Exception:
+                if time.time() - t > 60 or dest.poll() is not None:
+                    sys.exit("FAIL: replication: the destination node did not start")
+                time.sleep(0.2)
+        ids = [n["node"] for n in nodes]
+        src_bucket = "repl-%d" % random.randrange(1 << 30)
+        for cl, b in ((dst, "replica"), (clients[ids[0]], src_bucket)):
+            cl.create_bucket(Bucket=b)
+            cl.put_bucket_versioning(Bucket=b, VersioningConfiguration={"Status": "Enabled"})
+        with open(os.path.join(work, "secret"), "w") as f:
+            f.write(secret)
+        sh(c.nodectl, "replication", "set", "root", src_bucket, "--endpoint",
+           f"http://127.0.0.1:{port}", "--to-bucket", "replica", "--access-key", key,
+           "--secret-key-file", os.path.join(work, "secret"), "--data", c.data,
+           "--node", str(ids[0]))
+        for i in range(10):
+            clients[ids[i % len(ids)]].put_object(Bucket=src_bucket, Key=f"r/{i % 4}",
+                                                   Body=os.urandom(2000 + i))
+        by_id = {n["id"]: n["node"] for n in c.dev()["nodes"]}
+        leader = by_id[c.status(ids[0])["leader"]]
+        others = [n for n in ids if n != leader]
+        c.stop(leader)
+        print(f"replication: node {leader} (the leader, which ships) killed", flush=True)
+        for i in range(10, 20):
+            for _ in range(60):
+                try:
+                    clients[others[i % len(others)]].put_object(
+                        Bucket=src_bucket, Key=f"r/{i % 4}", Body=os.urandom(2000 + i))
+                    break
+                except Exception:
+                    time.sleep(0.5)  # until a new leader is elected
+            else:
+                sys.exit("FAIL: replication: no write taken after the leader was killed")
+        clients[others[0]].delete_object(Bucket=src_bucket, Key="r/0")
+        t = time.time()
+        while True:
+            st = json.loads(sh(c.nodectl, "replication", "status", "root", src_bucket, "--json",
+                               "--data", c.data, "--node", str(others[0])))
+            if st["backlog"] == 0:
+                break
+            if time.time() - t > timeout:
+                sys.exit(f"FAIL: replication: backlog not shipped after the leader's death: {st}")
+            time.sleep(0.5)
+
+        def history(cl, b):
+            out = []
+            for page in cl.get_paginator("list_object_versions").paginate(Bucket=b):
+                for v in page.get("Versions", []):
+                    got = cl.get_object(Bucket=b, Key=v["Key"], VersionId=v["VersionId"])
+                    out.append((v["Key"], v["VersionId"], hashlib.md5(got["Body"].read()).hexdigest()))
+                for m in page.get("DeleteMarkers", []):
+                    out.append((m["Key"], m["VersionId"], None))
+            out.sort()
+            return [(k, h) for k, _, h in out]
+
+        want, got = history(clients[others[0]], src_bucket), history(dst, "replica")
+        if want != got:
+            sys.exit(f"FAIL: replication: the destination holds {got}, the source {want}")
+        print(f"replication: {len(want)} versions shipped in order across the leader's death "
+              f"({time.time()-t:.1f} s to drain)", flush=True)
+        c.start(leader)
+        wait_protected(c, others[0], timeout, "replication: the old leader back")
+    finally:
+        dest.send_signal(2)
+        try:
+            dest.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            dest.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def node_status(c, node):

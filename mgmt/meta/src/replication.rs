@@ -272,6 +272,33 @@ impl crate::MetaStore {
         Ok(out)
     }
 
+    /// The next batch to ship: the oldest queued version of each of up to
+    /// `keys` keys, oldest first, reading at most `scan` entries (so that a
+    /// key with many versions waiting, or one that cannot ship, does not hide
+    /// every other key behind it).
+    pub fn replication_batch(
+        &self,
+        bucket: &str,
+        keys: usize,
+        scan: usize,
+    ) -> Result<Vec<(u64, Pending)>, MetaError> {
+        let tx = self.db.begin_read()?;
+        let q = tx.open_table(QUEUE)?;
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for e in q.range((bucket, 0)..=(bucket, u64::MAX))?.take(scan) {
+            let (k, v) = e?;
+            let p: Pending = serde_json::from_slice(v.value())?;
+            if seen.insert(p.key.clone()) {
+                out.push((k.value().1, p));
+                if out.len() == keys {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Where version `stamp` of a bucket replicating as `r` stands, if it is one
     /// the rules take (made since they were set).
     pub fn ship_state(

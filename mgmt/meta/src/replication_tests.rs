@@ -72,6 +72,10 @@ async fn versions_are_queued_with_the_write_and_leave_when_shipped() {
     let want = [("p/a", false), ("p/a", false), ("p/a", true)];
     let want: Vec<(String, bool)> = want.iter().map(|(k, m)| (k.to_string(), *m)).collect();
     assert_eq!(queued(&s), want);
+    // A batch takes each key's oldest version only.
+    let batch = s.replication_batch("b", 10, 100).unwrap();
+    assert_eq!(batch.len(), 1);
+    assert!(!batch[0].1.marker);
     let r = s.bucket("b").unwrap().unwrap().replication.unwrap();
     let before = s.object_version("b", "p/before", "null").unwrap();
     assert!(before.is_none(), "versioned from the start");
@@ -120,4 +124,17 @@ async fn versions_are_queued_with_the_write_and_leave_when_shipped() {
         s.replication_status("b").unwrap(),
         ReplicationStatus::default()
     );
+}
+
+#[tokio::test]
+async fn a_key_with_many_versions_waiting_does_not_hide_the_others() {
+    let (_d, s) = setup(Some(Versioning::Enabled)).await;
+    set(&s, Some(rules(true))).await.unwrap();
+    for i in 0..300 {
+        put(&s, "p/stuck", 1000 + i).await;
+    }
+    put(&s, "p/other", 5000).await;
+    let batch = s.replication_batch("b", 256, 10_000).unwrap();
+    let keys: Vec<&str> = batch.iter().map(|(_, p)| p.key.as_str()).collect();
+    assert_eq!(keys, ["p/stuck", "p/other"]);
 }

@@ -38,6 +38,9 @@ pub enum ShipError {
     Refused { status: u16, code: String },
     #[error(transparent)]
     Store(#[from] ObjectError),
+    /// No rule takes the version's key any more (the rules were changed).
+    #[error("no rule takes the key any more")]
+    Unruled,
 }
 
 impl From<cairn_meta::MetaError> for ShipError {
@@ -46,8 +49,12 @@ impl From<cairn_meta::MetaError> for ShipError {
     }
 }
 
-/// Versions read from a bucket's queue per pass.
+/// Keys shipped per batch (the oldest queued version of each).
 const BATCH: usize = 256;
+/// Queue entries read at most to find them.
+const SCAN: usize = 10_000;
+/// How long a destination found versioned is not asked again.
+const VERSIONED_FOR: Duration = Duration::from_secs(30);
 /// Versions in flight per bucket.
 const PARALLEL: usize = 8;
 /// The longest a bucket whose destination failed every shipment waits.
@@ -64,6 +71,8 @@ pub struct Shipper {
     /// shipper sent but did not report (it crashed, or lost the lead): each is
     /// looked for at the destination first.
     trusted: Mutex<HashSet<String>>,
+    /// Destinations (endpoint, bucket) found versioned, and when.
+    versioned: Mutex<HashMap<(String, String), Instant>>,
 }
 
 impl std::fmt::Debug for Shipper {
@@ -91,40 +100,85 @@ impl Shipper {
             http,
             backoff: Mutex::default(),
             trusted: Mutex::default(),
+            versioned: Mutex::default(),
         }
     }
 
-    /// Runs passes while this node leads: at once again after a pass that
-    /// shipped something (catching up), else every `every`.
+    /// Ships while this node leads: each replicating bucket in a task of its
+    /// own (a destination that stalls holds up its own buckets only), a
+    /// bucket's next batch at once after one that shipped (catching up), else
+    /// after `every`.
     pub fn spawn(self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = Arc::new(self);
         tokio::spawn(async move {
+            let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
             loop {
-                let leads = self.store.leads();
-                if !leads {
-                    self.trusted
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clear();
-                }
-                let busy = match leads {
-                    true => match self.pass().await {
-                        Ok(p) => p.shipped > 0,
-                        Err(e) => {
-                            tracing::warn!("replication pass: {e}");
-                            false
+                running.retain(|_, t| !t.is_finished());
+                if !me.store.leads() {
+                    me.trusted.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                } else {
+                    match me.store.meta().buckets() {
+                        Ok(buckets) => {
+                            for (bucket, rec) in buckets {
+                                if rec.replication.is_none()
+                                    || running.contains_key(&bucket)
+                                    || me.waiting(&bucket)
+                                {
+                                    continue;
+                                }
+                                let task = tokio::spawn(me.clone().drain(bucket.clone(), rec));
+                                running.insert(bucket, task);
+                            }
                         }
-                    },
-                    false => false,
-                };
-                if !busy {
-                    tokio::time::sleep(every).await;
+                        Err(e) => tracing::warn!("replication: reading the buckets: {e}"),
+                    }
                 }
+                tokio::time::sleep(every).await;
             }
         })
     }
 
-    /// One batch of every replicating bucket, several buckets at once (a
-    /// destination that stalls holds up its own buckets only).
+    /// Ships batches of one bucket while they ship something (and this node
+    /// leads); backs the bucket off when a whole batch failed.
+    async fn drain(self: Arc<Self>, bucket: String, rec: BucketRecord) {
+        loop {
+            if !self.store.leads() {
+                return;
+            }
+            let p = match self.bucket(&bucket, &rec).await {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(%bucket, "replication: {e}");
+                    Pass {
+                        shipped: 0,
+                        failed: 1,
+                    }
+                }
+            };
+            self.settle(&bucket, p);
+            if p.shipped == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Records a batch's outcome for the bucket's backoff.
+    fn settle(&self, bucket: &str, p: Pass) {
+        let mut backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        if p.failed > 0 && p.shipped == 0 {
+            let wait = backoff
+                .get(bucket)
+                .map_or(Duration::from_millis(250), |(_, w)| {
+                    (*w * 2).min(MAX_BACKOFF)
+                });
+            backoff.insert(bucket.to_string(), (Instant::now() + wait, wait));
+        } else {
+            backoff.remove(bucket);
+        }
+    }
+
+    /// One batch of every replicating bucket, all at once (what a test or a
+    /// tool drives step by step; the daemon runs [`Shipper::spawn`]).
     pub async fn pass(&self) -> Result<Pass, ShipError> {
         let buckets: Vec<(String, BucketRecord)> = self
             .store
@@ -142,37 +196,13 @@ impl Shipper {
             .collect()
             .await;
         let mut pass = Pass::default();
-        let mut first_error = None;
         for (bucket, p) in results {
-            let p = match p {
-                Ok(p) => p,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                    continue;
-                }
-            };
-            let mut backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
-            if p.failed > 0 && p.shipped == 0 {
-                let wait = backoff
-                    .get(&bucket)
-                    .map_or(Duration::from_millis(250), |(_, w)| {
-                        (*w * 2).min(MAX_BACKOFF)
-                    });
-                backoff.insert(bucket.clone(), (Instant::now() + wait, wait));
-            } else {
-                backoff.remove(&bucket);
-            }
+            let p = p?;
+            self.settle(&bucket, p);
             pass.shipped += p.shipped;
             pass.failed += p.failed;
         }
-        match first_error {
-            Some(e) if pass.shipped == 0 => Err(e),
-            Some(e) => {
-                tracing::warn!("replication pass: {e}");
-                Ok(pass)
-            }
-            None => Ok(pass),
-        }
+        Ok(pass)
     }
 
     fn waiting(&self, bucket: &str) -> bool {
@@ -186,34 +216,21 @@ impl Shipper {
         let Some(r) = &rec.replication else {
             return Ok(Pass::default());
         };
-        let queued = self.store.meta().replication_pending(bucket, BATCH)?;
         // The oldest version of each key, so a key's versions go in order.
-        let mut keys = HashSet::new();
-        let batch: Vec<(u64, Pending)> = queued
-            .into_iter()
-            .filter(|(_, p)| keys.insert(p.key.clone()))
-            .collect();
+        let batch = self.store.meta().replication_batch(bucket, BATCH, SCAN)?;
         if batch.is_empty() {
             return Ok(Pass::default());
         }
+        // Every version goes by the rule that takes its key now (rules may
+        // have been replaced since it was queued); none: no longer shipped.
+        let needed: HashSet<&str> = batch
+            .iter()
+            .filter_map(|(_, p)| r.rule_for(&p.key).map(|r| r.id.as_str()))
+            .collect();
         let mut remotes = HashMap::new();
-        for rule in &r.rules {
-            let secret = self.store.open_target_secret(&rule.target)?;
-            let remote = match Remote::new(self.http.clone(), &rule.target, &secret) {
-                // S3 requires versioning at the destination too: without it
-                // every shipment would replace the one before (reported, and
-                // retried until it is enabled).
-                Ok(remote) => match remote.versioned().await {
-                    Ok(true) => Ok(Arc::new(remote)),
-                    Ok(false) => Err(ShipError::Config(format!(
-                        "the destination bucket {} does not have versioning enabled",
-                        rule.target.bucket
-                    ))),
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            remotes.insert(rule.id.clone(), remote.map_err(|e| e.to_string()));
+        for rule in r.rules.iter().filter(|r| needed.contains(r.id.as_str())) {
+            let remote = self.remote(rule).await.map_err(|e| e.to_string());
+            remotes.insert(rule.id.clone(), remote);
         }
         let trusted = self
             .trusted
@@ -223,12 +240,7 @@ impl Shipper {
         let started = Instant::now();
         let results: Vec<(u64, Result<u64, ShipError>)> = futures::stream::iter(batch)
             .map(|(seq, p)| {
-                // The rule that queued it, or (its rules replaced since) the
-                // one that takes the key now.
-                let rule = match remotes.contains_key(&p.rule) {
-                    true => Some(p.rule.clone()),
-                    false => r.rule_for(&p.key).map(|r| r.id.clone()),
-                };
+                let rule = r.rule_for(&p.key).map(|r| r.id.clone());
                 let remote = rule.and_then(|id| remotes.get(&id).cloned());
                 async move {
                     let shipped = match remote {
@@ -237,8 +249,8 @@ impl Shipper {
                             self.ship(rec.tenant, bucket, &remote, &p, look).await
                         }
                         Some(Err(e)) => Err(ShipError::Config(e)),
-                        // No rule takes the key any more.
-                        None => Ok(0),
+                        // No rule takes the key any more: dropped, not shipped.
+                        None => Err(ShipError::Unruled),
                     };
                     (seq, shipped)
                 }
@@ -247,11 +259,16 @@ impl Shipper {
             .collect()
             .await;
         let (mut done, mut failed, mut bytes) = (Vec::new(), Vec::new(), 0);
+        let mut dropped = 0;
         for (seq, r) in results {
             match r {
                 Ok(n) => {
                     done.push(seq);
                     bytes += n;
+                }
+                Err(ShipError::Unruled) => {
+                    done.push(seq);
+                    dropped += 1;
                 }
                 Err(e) => {
                     tracing::warn!(%bucket, seq, "replication: {e}");
@@ -260,7 +277,7 @@ impl Shipper {
             }
         }
         let pass = Pass {
-            shipped: done.len() as u64,
+            shipped: done.len() as u64 - dropped,
             failed: failed.len() as u64,
         };
         let elapsed = started.elapsed().as_millis() as u64;
@@ -281,6 +298,36 @@ impl Shipper {
             .unwrap_or_else(|e| e.into_inner())
             .insert(bucket.to_string());
         Ok(pass)
+    }
+
+    /// The destination of `rule`, checked to keep versions (S3 requires
+    /// versioning at the destination too: without it every shipment would
+    /// replace the one before; refused, reported and retried until it is
+    /// enabled). A destination found versioned is not asked again for a while.
+    async fn remote(&self, rule: &cairn_meta::ReplicationRule) -> Result<Arc<Remote>, ShipError> {
+        let t = &rule.target;
+        let secret = self.store.open_target_secret(t)?;
+        let remote = Remote::new(self.http.clone(), t, &secret)?;
+        let at = (t.endpoint.clone(), t.bucket.clone());
+        let fresh = self
+            .versioned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&at)
+            .is_some_and(|when| when.elapsed() < VERSIONED_FOR);
+        if !fresh {
+            if !remote.versioned().await? {
+                return Err(ShipError::Config(format!(
+                    "the destination bucket {} does not have versioning enabled",
+                    t.bucket
+                )));
+            }
+            self.versioned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(at, Instant::now());
+        }
+        Ok(Arc::new(remote))
     }
 
     /// Whether the destination's latest version of the key is already this

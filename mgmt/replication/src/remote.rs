@@ -27,6 +27,14 @@ const KEY: &AsciiSet = &NON_ALPHANUMERIC
 
 use cairn_meta::REPLICA_OF;
 
+/// A request that got no answer: said to have timed out when it did.
+fn link(e: reqwest::Error) -> ShipError {
+    match e.is_timeout() {
+        true => ShipError::Link(format!("timed out: {e}")),
+        false => ShipError::Link(e.to_string()),
+    }
+}
+
 /// One destination bucket and its credentials.
 pub(crate) struct Remote {
     http: reqwest::Client,
@@ -139,10 +147,7 @@ impl Remote {
     }
 
     async fn send(req: reqwest::RequestBuilder) -> Result<reqwest::Response, ShipError> {
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ShipError::Link(e.to_string()))?;
+        let resp = req.send().await.map_err(link)?;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -190,10 +195,7 @@ impl Remote {
     pub(crate) async fn head(&self, key: &str) -> Result<There, ShipError> {
         let url = self.url(key)?;
         let req = self.signed(http::Method::HEAD, &url, Vec::new())?;
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ShipError::Link(e.to_string()))?;
+        let resp = req.send().await.map_err(link)?;
         let header = |name: &str| {
             resp.headers()
                 .get(name)
@@ -220,11 +222,7 @@ impl Remote {
     pub(crate) async fn versioned(&self) -> Result<bool, ShipError> {
         let url = format!("{}/{}?versioning", self.endpoint, self.bucket);
         let req = self.signed(http::Method::GET, &url, Vec::new())?;
-        let body = Self::send(req)
-            .await?
-            .text()
-            .await
-            .map_err(|e| ShipError::Link(e.to_string()))?;
+        let body = Self::send(req).await?.text().await.map_err(link)?;
         Ok(body.contains("<Status>Enabled</Status>"))
     }
 }

@@ -488,19 +488,44 @@ async fn form(nodes: &[Node], ends: &[Endpoints], args: &UpArgs) -> Result<Strin
 }
 
 /// Joins node `n` through any member, if it is not a member (a single node forms
-/// its own cluster again when wiped).
+/// its own cluster again when wiped). Tried again for a minute: a wiped node
+/// that was the leader comes back at the address the cluster still knows its
+/// leader by, and joins are refused until the others have elected another.
 async fn rejoin_node(nodes: &[Node], ends: &[Endpoints], n: u16) -> Result<(), NodectlError> {
     let Some((node, e)) = nodes.iter().zip(ends).find(|(x, _)| x.n == n) else {
         return Ok(());
     };
-    let s: ClusterStatus = admin(node, e)?.cluster_status().await?;
-    if !s.cluster_id.is_empty() || nodes.len() == 1 {
-        return Ok(());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s: ClusterStatus = admin(node, e)?.cluster_status().await?;
+        if !s.cluster_id.is_empty() || nodes.len() == 1 {
+            return Ok(());
+        }
+        match join_once(nodes, ends, (node, e)).await {
+            Ok(()) => {
+                eprintln!("nodectl: node {n} joined the cluster again as {}", node.id);
+                return Ok(());
+            }
+            Err(err) if Instant::now() < deadline => {
+                eprintln!("nodectl: node {n} could not rejoin yet ({err}); trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(err) => return Err(err),
+        }
     }
+}
+
+/// One attempt of [`rejoin_node`]: a join token from the first member that
+/// gives one, and the join through it.
+async fn join_once(
+    nodes: &[Node],
+    ends: &[Endpoints],
+    (node, e): (&Node, &Endpoints),
+) -> Result<(), NodectlError> {
     for (seed, se) in nodes
         .iter()
         .zip(ends)
-        .filter(|(x, _)| x.n != n && !x.stopped_marker().exists())
+        .filter(|(x, _)| x.n != node.n && !x.stopped_marker().exists())
     {
         let Ok(api) = admin(seed, se) else { continue };
         let Ok(t) = api.cluster_token().await else {
@@ -512,11 +537,11 @@ async fn rejoin_node(nodes: &[Node], ends: &[Endpoints], n: u16) -> Result<(), N
                 token: t.token,
             })
             .await?;
-        eprintln!("nodectl: node {n} joined the cluster again as {}", node.id);
         return Ok(());
     }
     Err(NodectlError::Daemon(format!(
-        "node {n} could not rejoin: no member answered for a join token"
+        "node {} could not rejoin: no member answered for a join token",
+        node.n
     )))
 }
 
