@@ -2,7 +2,6 @@
 //! through that BMC (IPMI over the management network, RMCP+).
 
 use crate::cluster::Target;
-use crate::io_err;
 use crate::scrub::when;
 use crate::tenants::print_json;
 use crate::NodectlError;
@@ -65,29 +64,6 @@ pub struct PowerArgs {
     json: bool,
 }
 
-fn read_password(path: &PathBuf) -> Result<String, NodectlError> {
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_line(&mut s)
-            .map_err(io_err("read the BMC password from stdin"))?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(io_err(format!(
-            "read the BMC password from {}",
-            path.display()
-        )))?
-    };
-    let pw = text.lines().next().unwrap_or("").to_string();
-    if pw.is_empty() {
-        return Err(NodectlError::Usage(format!(
-            "{}: the password file is empty",
-            path.display()
-        )));
-    }
-    Ok(pw)
-}
-
 fn line(b: &BmcView) -> String {
     let fenced = b
         .fenced_ms
@@ -115,7 +91,7 @@ pub async fn bmc(cmd: BmcCmd) -> Result<(), NodectlError> {
             target,
             json,
         } => {
-            let password = read_password(&password_file)?;
+            let password = crate::read_secret(&password_file, "BMC password")?;
             let s = BmcSettings {
                 address,
                 user,

@@ -48,6 +48,28 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
     move |source| NodectlError::Io { what, source }
 }
 
+/// The first line of `path` (`-`: standard input), which must not be empty: a
+/// password or secret key, kept out of the command line (and `ps`).
+pub(crate) fn read_secret(path: &std::path::Path, what: &str) -> Result<String, NodectlError> {
+    let text = if path.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_line(&mut s)
+            .map_err(io_err(format!("read the {what} from stdin")))?;
+        s
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(io_err(format!("read the {what} from {}", path.display())))?
+    };
+    match text.lines().next() {
+        Some(l) if !l.is_empty() => Ok(l.to_string()),
+        _ => Err(NodectlError::Usage(format!(
+            "{}: no {what} in it",
+            path.display()
+        ))),
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "nodectl", version, about = "Operate a Cairn storage node")]
 struct Cli {

@@ -3,7 +3,7 @@
 
 use crate::cluster::Target;
 use crate::tenants::print_json;
-use crate::{io_err, NodectlError};
+use crate::NodectlError;
 use cairn_adminapi::{ReplicationRuleSpec, ReplicationSpec, ReplicationView};
 use std::path::PathBuf;
 
@@ -58,28 +58,6 @@ pub enum ReplicationCmd {
         #[command(flatten)]
         target: Target,
     },
-}
-
-fn read_secret(path: &PathBuf) -> Result<String, NodectlError> {
-    let text = if path.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_line(&mut s)
-            .map_err(io_err("read the secret key from stdin"))?;
-        s
-    } else {
-        std::fs::read_to_string(path).map_err(io_err(format!(
-            "read the secret key from {}",
-            path.display()
-        )))?
-    };
-    match text.lines().next().map(str::trim) {
-        Some(s) if !s.is_empty() => Ok(s.to_string()),
-        _ => Err(NodectlError::Usage(format!(
-            "{}: no secret key in it",
-            path.display()
-        ))),
-    }
 }
 
 /// What `replication status` prints.
@@ -151,7 +129,9 @@ pub async fn replication(cmd: ReplicationCmd) -> Result<(), NodectlError> {
                     bucket: to_bucket,
                     region,
                     access_key,
-                    secret_key: read_secret(&secret_key_file)?,
+                    secret_key: crate::read_secret(&secret_key_file, "secret key")?
+                        .trim()
+                        .to_string(),
                     delete_markers: !no_delete_markers,
                 }],
             };

@@ -177,34 +177,6 @@ impl Shipper {
         }
     }
 
-    /// One batch of every replicating bucket, all at once (what a test or a
-    /// tool drives step by step; the daemon runs [`Shipper::spawn`]).
-    pub async fn pass(&self) -> Result<Pass, ShipError> {
-        let buckets: Vec<(String, BucketRecord)> = self
-            .store
-            .meta()
-            .buckets()?
-            .into_iter()
-            .filter(|(b, rec)| rec.replication.is_some() && !self.waiting(b))
-            .collect();
-        let results: Vec<(String, Result<Pass, ShipError>)> = futures::stream::iter(buckets)
-            .map(|(bucket, rec)| async move {
-                let p = self.bucket(&bucket, &rec).await;
-                (bucket, p)
-            })
-            .buffer_unordered(PARALLEL)
-            .collect()
-            .await;
-        let mut pass = Pass::default();
-        for (bucket, p) in results {
-            let p = p?;
-            self.settle(&bucket, p);
-            pass.shipped += p.shipped;
-            pass.failed += p.failed;
-        }
-        Ok(pass)
-    }
-
     fn waiting(&self, bucket: &str) -> bool {
         let backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
         backoff
@@ -436,27 +408,16 @@ impl Shipper {
     }
 }
 
-/// `ms` since the epoch as RFC 3339 (UTC, milliseconds).
+/// `ms` since the epoch as RFC 3339 (UTC, milliseconds), as
+/// `x-amz-object-lock-retain-until-date` takes it.
 fn rfc3339(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms.rem_euclid(1000)
-    )
+    let fmt = time::macros::format_description!(
+        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
+    );
+    time::OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&fmt).ok())
+        .unwrap_or_default()
 }
 
 fn escape(s: &str) -> String {
