@@ -17,7 +17,9 @@
 # Environment: BENCH_DIR (default /var/tmp/cairn-bench), SKIP_BUILD=1, SLOTS_ON=N
 # (the fair slots of the "on" run; default: mgmtd's own), LOAD_NICE=N (nice value
 # of A's client, default 0; niced, it takes the cores only when the node and B
-# leave them idle, as clients on other machines would).
+# leave them idle, as clients on other machines would), MODES="on" (run only
+# those modes), REACTORS=N (datapathd's reactors). The node's mgmtd and
+# datapathd logs are kept in bench-out/logs/qos-*-MODE.log.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QUICK=0; [ "${1:-}" = --quick ] && QUICK=1
@@ -38,12 +40,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 [ "${SKIP_BUILD:-0}" = 1 ] || (cd "$ROOT" && cargo build --release --bins >&2)
 [ -x "$BIN/s3load" ] || { log "no $BIN/s3load: cargo build --release -p cairn-s3load"; exit 1; }
 
-for MODE in off on; do
+for MODE in ${MODES:-off on}; do
   DATA=$WORK/node-$MODE; rm -rf "$DATA"
   PORT=$(free_port)
   if [ "$MODE" = off ]; then export CAIRN_FAIR_SLOTS=0; elif [ -n "${SLOTS_ON:-}" ]; then export CAIRN_FAIR_SLOTS=$SLOTS_ON; else unset CAIRN_FAIR_SLOTS; fi
   log "fair sharing $MODE: nodectl dev up on 127.0.0.1:$PORT"
-  "$BIN/nodectl" dev up --data "$DATA" --s3 "127.0.0.1:$PORT" \
+  "$BIN/nodectl" dev up --data "$DATA" --s3 "127.0.0.1:$PORT" ${REACTORS:+--reactors "$REACTORS"} \
     --resp "127.0.0.1:$(free_port)" --nfs "127.0.0.1:$(free_port)" --admin "127.0.0.1:$(free_port)" \
     > "$OUT/logs/qos-node-$MODE.log" 2>&1 &
   NP=$!; PIDS+=("$NP")
@@ -77,6 +79,7 @@ for MODE in off on; do
   wait "$LP"
   "$BIN/nodectl" tenant show b --data "$DATA" >> "$OUT/logs/qos-node-$MODE.log" 2>&1 || true
   kill "$NP"; wait "$NP" 2>/dev/null || true
+  for d in mgmtd datapathd; do cp "$DATA/logs/$d.log" "$OUT/logs/qos-$d-$MODE.log" 2>/dev/null || true; done
   rm -rf "$DATA"
 done
 

@@ -169,7 +169,7 @@ pub struct Config {
     #[arg(long = "no-format", action = clap::ArgAction::SetFalse)]
     pub format: bool,
     /// Threads of the network runtime.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "CAIRN_NET_THREADS", default_value_t = 1)]
     pub net_threads: usize,
     /// Address where other nodes reach this chunk service, over mutual TLS with
     /// certificates from the cluster CA (needs --tls-dir). `--listen` then serves

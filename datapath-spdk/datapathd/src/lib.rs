@@ -14,6 +14,7 @@
 //! verify.
 
 mod config;
+mod drive;
 mod reactor;
 mod server;
 mod sys;

@@ -1,20 +1,25 @@
 //! Poll-mode reactors: each owns some drives' chunk stores, outright.
 //!
 //! A reactor's loop: drain the mailbox (every message that arrived since the last
-//! turn), run all writes per drive as one group commit and the reads of the turn
-//! together, answer, check drive health every 500 ms, and then either spin (work
+//! turn) into its queue, run the queued small work of every drive and then one
+//! drive's large work (per drive, all writes one group commit, then the reads
+//! together), answer, check drive health every 500 ms, and then either spin (work
 //! just happened, or `--poll spin`) or sleep on the mailbox with a timeout, so an
 //! idle daemon costs ~0% CPU. No locks are shared between reactors; the mailbox is
 //! the only way in.
+//!
+//! Small before large: a reactor runs its drives one after another, and a turn
+//! holding one tenant's stripes (a megabyte or more per drive, written and
+//! flushed) takes tens of milliseconds. A 4 KiB request that arrived during it
+//! used to wait for the whole turn and then for the large work queued beside it
+//! in the next. Now it waits for at most one drive's large group.
 
+use crate::drive::{Drive, Unopened};
 use crate::{Config, DatapathError, PollMode, Result};
 use cairn_blockdev::BlockDevice;
-use cairn_chunkproto::{
-    DriveReport, DriveSpace, DriveState, Failure, FailureCode, ReactorLoad, Reply, Request,
-    Response, LAZY_FLUSH,
-};
-use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
-use cairn_types::DriveIndex;
+use cairn_chunkproto::{Failure, FailureCode, ReactorLoad, Request, Response};
+use cairn_chunkstore::ChunkStore;
+use cairn_types::{ChunkId, DriveIndex};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -26,11 +31,14 @@ const IDLE_SPIN: Duration = Duration::from_micros(200);
 /// Longest sleep: bounds the delay of health checks.
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 const HEALTH_EVERY: Duration = Duration::from_millis(500);
-/// Most ids one List answers (keeps a response well under the frame limit).
-const MAX_LIST: usize = 65_536;
+/// A message moving at least this many bytes (written, or read as the index
+/// knows them) is large work: it runs after every drive's small work, one
+/// drive at a time. A stripe's fragment (1 MiB by default) is large; a small
+/// object's copy, a KV value of a few pages, metadata calls are small.
+const LARGE_WORK: u64 = 256 << 10;
 
 /// One message's operations and where their answers go.
-type Work = (Vec<Request>, oneshot::Sender<Vec<Response>>);
+pub(crate) type Work = (Vec<Request>, oneshot::Sender<Vec<Response>>);
 
 /// A message to a reactor.
 pub enum Msg {
@@ -110,299 +118,6 @@ pub enum DriveSlot {
     },
 }
 
-/// Where a drive failed at open is, for its reports.
-struct Unopened {
-    name: String,
-    backend: &'static str,
-    location: String,
-}
-
-struct Drive {
-    index: DriveIndex,
-    /// `None` for a drive that failed at open (then `failed` says why).
-    open: Option<(Arc<dyn BlockDevice>, ChunkStore)>,
-    unopened: Option<Unopened>,
-    failed: Option<String>,
-}
-
-impl Drive {
-    fn mark_failed(&mut self, why: String) {
-        if self.failed.is_none() {
-            tracing::error!(drive = self.index, "drive failed: {why}");
-            self.failed = Some(why);
-        }
-    }
-
-    fn report(&self, load: &ReactorLoad) -> DriveReport {
-        let Some((_, store)) = &self.open else {
-            let u = self.unopened.as_ref();
-            return DriveReport {
-                drive: self.index,
-                state: DriveState::Failed,
-                capacity: 0,
-                live_bytes: 0,
-                allocated_bytes: 0,
-                chunks: 0,
-                reason: self.failed.clone().unwrap_or_default(),
-                device: u.map(|u| u.name.clone()).unwrap_or_default(),
-                backend: u.map(|u| u.backend.to_string()).unwrap_or_default(),
-                location: u.map(|u| u.location.clone()).unwrap_or_default(),
-                model: None,
-                serial: None,
-                firmware: None,
-                space: None,
-                reactor: Some(*load),
-            };
-        };
-        let r = store.report();
-        // The store's view of its device: read once at open, so a report never
-        // touches sysfs or the controller, and a failed drive still says what it is.
-        let dev = store.device();
-        DriveReport {
-            drive: self.index,
-            state: if self.failed.is_some() {
-                DriveState::Failed
-            } else {
-                DriveState::Healthy
-            },
-            capacity: r.capacity,
-            live_bytes: r.live_bytes,
-            allocated_bytes: r.allocated_bytes,
-            chunks: r.chunks,
-            reason: self.failed.clone().unwrap_or_default(),
-            device: dev.name.clone(),
-            backend: dev.backend.to_string(),
-            location: dev.location.clone(),
-            model: dev.identity.model.clone(),
-            serial: dev.identity.serial.clone(),
-            firmware: dev.identity.firmware.clone(),
-            space: Some(DriveSpace {
-                free_segments: r.free_segments,
-                reserve_segments: r.reserve_segments,
-                full: r.full,
-                damaged_segments: r.damaged_segments_at_open,
-                corrupt_batches: r.corrupt_batches_at_open,
-                corrupt_records: r.corrupt_records_at_open,
-                salvaged_records: r.salvaged_records_at_open,
-                torn_batches: r.torn_batches_at_open,
-                formatted_at_open: r.formatted_at_open,
-                dropped_since_open: r.dropped_since_open,
-            }),
-            reactor: Some(*load),
-        }
-    }
-
-    /// Flushes the drive's write-back records that have waited `LAZY_FLUSH`; a
-    /// failed flush fails the drive (what it acknowledged may be lost, and reads
-    /// and repair must treat its chunks as gone).
-    fn flush_write_back(&mut self) {
-        if self.failed.is_some() {
-            return;
-        }
-        if let Some((_, store)) = &mut self.open {
-            if let Err(e) = store.flush_older_than(LAZY_FLUSH) {
-                self.mark_failed(format!("flushing write-back data: {e}"));
-            }
-        }
-    }
-
-    fn check_health(&mut self) {
-        if self.failed.is_some() {
-            return;
-        }
-        let Some((dev, store)) = &self.open else {
-            return;
-        };
-        if let Err(e) = dev.check() {
-            self.mark_failed(e.to_string());
-        } else if let Some(why) = store.failed() {
-            self.mark_failed(why.to_string());
-        }
-    }
-
-    /// Maps a store error to the wire, failing the drive on I/O errors.
-    fn failure(&mut self, e: StoreError) -> Failure {
-        let code = match &e {
-            StoreError::NotFound => FailureCode::NotFound,
-            StoreError::Corrupt(_) => FailureCode::Corrupt,
-            StoreError::NoSpace => FailureCode::NoSpace,
-            StoreError::TooLarge(..) | StoreError::TenantConflict => FailureCode::BadRequest,
-            StoreError::Io(_) | StoreError::Failed(_) => {
-                self.mark_failed(e.to_string());
-                FailureCode::DriveFailed
-            }
-            _ => FailureCode::Io,
-        };
-        Failure::new(code, e.to_string())
-    }
-
-    fn failed_response(&self) -> Failure {
-        Failure::new(
-            FailureCode::DriveFailed,
-            format!(
-                "drive {} failed: {}",
-                self.index,
-                self.failed.as_deref().unwrap_or("")
-            ),
-        )
-    }
-
-    /// Runs one turn's operations for this drive: `batches` are the messages, each
-    /// answered in its own order. All writes of the turn are one group commit.
-    fn run(&mut self, batches: Vec<Work>, load: &ReactorLoad) {
-        let mut results: Vec<Vec<Option<Response>>> = batches
-            .iter()
-            .map(|(ops, _)| (0..ops.len()).map(|_| None).collect())
-            .collect();
-        self.check_health_if_unhealthy_store();
-        // Writes first, all messages together.
-        let mut wpos = Vec::new();
-        let mut writes = Vec::new();
-        for (b, (ops, _)) in batches.iter().enumerate() {
-            for (i, op) in ops.iter().enumerate() {
-                match op {
-                    Request::Put {
-                        id,
-                        tenant,
-                        key_id,
-                        payload,
-                        durable,
-                        ..
-                    } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::Put {
-                            id: *id,
-                            tenant: *tenant,
-                            key_id: *key_id,
-                            payload: payload.as_ref(),
-                            durable: *durable,
-                        });
-                    }
-                    Request::Delete { id, tenant, .. } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::Delete {
-                            id: *id,
-                            tenant: *tenant,
-                        });
-                    }
-                    Request::DeleteVersion {
-                        id, tenant, seq, ..
-                    } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::DeleteVersion {
-                            id: *id,
-                            tenant: *tenant,
-                            seq: *seq,
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if !writes.is_empty() {
-            if let (None, Some((_, store))) = (&self.failed, &mut self.open) {
-                let out = store.write_batch(&writes);
-                for ((&(b, i), r), w) in wpos.iter().zip(out).zip(&writes) {
-                    let versioned = matches!(w, WriteOp::DeleteVersion { .. });
-                    results[b][i] = Some(match r {
-                        Ok(WriteOutcome::Put) => Ok(Reply::Put),
-                        Ok(WriteOutcome::Delete { existed }) if versioned => {
-                            Ok(Reply::DeleteVersion { deleted: existed })
-                        }
-                        Ok(WriteOutcome::Delete { existed }) => Ok(Reply::Delete { existed }),
-                        Err(e) => Err(self.failure(e)),
-                    });
-                }
-            } else {
-                for &(b, i) in &wpos {
-                    results[b][i] = Some(Err(self.failed_response()));
-                }
-            }
-        }
-        drop(writes);
-        // Reads: gets of the turn in flight together; the rest from the index.
-        let mut gpos = Vec::new();
-        let mut gets = Vec::new();
-        for (b, (ops, _)) in batches.iter().enumerate() {
-            for (i, op) in ops.iter().enumerate() {
-                let r = match op {
-                    Request::Put { .. }
-                    | Request::Delete { .. }
-                    | Request::DeleteVersion { .. } => continue,
-                    Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report(load))),
-                    Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report(load))),
-                    _ if self.failed.is_some() || self.open.is_none() => {
-                        Err(self.failed_response())
-                    }
-                    Request::Get { id, tenant, .. } => {
-                        gpos.push((b, i));
-                        gets.push((*id, *tenant));
-                        continue;
-                    }
-                    Request::Stat { id, tenant, .. } => match self.store().stat(*id, *tenant) {
-                        Ok((len, crc32c)) => Ok(Reply::Stat { len, crc32c }),
-                        Err(e) => Err(self.failure(e)),
-                    },
-                    Request::List { after, limit, .. } => {
-                        match self.store().list(*after, (*limit as usize).min(MAX_LIST)) {
-                            Ok(chunks) => Ok(Reply::List { chunks }),
-                            Err(e) => Err(self.failure(e)),
-                        }
-                    }
-                    Request::ListVersions { after, limit, .. } => match self
-                        .store()
-                        .list_versions(*after, (*limit as usize).min(MAX_LIST))
-                    {
-                        Ok(chunks) => Ok(Reply::ListVersions { chunks }),
-                        Err(e) => Err(self.failure(e)),
-                    },
-                };
-                results[b][i] = Some(r);
-            }
-        }
-        if let (false, Some((_, store))) = (gets.is_empty(), &mut self.open) {
-            let out = store.get_many(&gets);
-            for (&(b, i), r) in gpos.iter().zip(out) {
-                results[b][i] = Some(match r {
-                    Ok(payload) => Ok(Reply::Get { payload }),
-                    Err(e) => Err(self.failure(e)),
-                });
-            }
-        }
-        for ((_, reply), res) in batches.into_iter().zip(results) {
-            let res = res
-                .into_iter()
-                .map(|r| {
-                    r.unwrap_or_else(|| {
-                        Err(Failure::new(FailureCode::Io, "operation not executed"))
-                    })
-                })
-                .collect();
-            // The connection may be gone; its answers are simply dropped.
-            let _ = reply.send(res);
-        }
-        self.check_health_if_unhealthy_store();
-    }
-
-    /// The open store; only called where `failed` is `None` (and a drive that
-    /// failed at open always has `failed` set).
-    fn store(&self) -> &ChunkStore {
-        match &self.open {
-            Some((_, s)) => s,
-            None => unreachable!("a drive that failed at open is marked failed"),
-        }
-    }
-
-    fn check_health_if_unhealthy_store(&mut self) {
-        if self.failed.is_none() {
-            if let Some(why) = self.open.as_ref().and_then(|(_, s)| s.failed()) {
-                let why = why.to_string();
-                self.mark_failed(why);
-            }
-        }
-    }
-}
-
 /// Starts the reactors and deals the drives to them.
 pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
     let n = cfg.reactors.max(1);
@@ -472,6 +187,111 @@ pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
     })
 }
 
+/// Work waiting for its turn, small and large apart (see the module's doc).
+#[derive(Default)]
+struct Queue {
+    small: BTreeMap<DriveIndex, Vec<Work>>,
+    large: BTreeMap<DriveIndex, Vec<Work>>,
+    /// The drive whose large work ran last: the next large group is the next
+    /// drive's, round robin, so one drive's stream cannot hold up another's.
+    last_large: Option<DriveIndex>,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.small.is_empty() && self.large.is_empty()
+    }
+
+    /// Queues one message. Small work that names a chunk already in the
+    /// drive's queued large work (or lists the drive's chunks) goes behind it:
+    /// a message never overtakes an earlier one on what they both touch.
+    fn push(&mut self, drive: Option<&Drive>, drive_index: DriveIndex, work: Work) {
+        let bytes: u64 = work
+            .0
+            .iter()
+            .map(|op| match op {
+                Request::Put { payload, .. } => payload.len() as u64,
+                Request::Get { id, tenant, .. } => drive.map_or(0, |d| d.chunk_len(*id, *tenant)),
+                _ => 0,
+            })
+            .sum();
+        let behind_large = self.large.get(&drive_index).is_some_and(|queued| {
+            work.0.iter().any(|op| match chunk_of(op) {
+                Some(id) => queued
+                    .iter()
+                    .any(|(ops, _)| ops.iter().any(|q| chunk_of(q) == Some(id))),
+                // Lists see the whole drive.
+                None => matches!(op, Request::List { .. } | Request::ListVersions { .. }),
+            })
+        });
+        let class = if bytes >= LARGE_WORK || behind_large {
+            &mut self.large
+        } else {
+            &mut self.small
+        };
+        class.entry(drive_index).or_default().push(work);
+    }
+
+    fn take_small(&mut self) -> BTreeMap<DriveIndex, Vec<Work>> {
+        std::mem::take(&mut self.small)
+    }
+
+    /// The next drive's large work, round robin from the last one served.
+    fn take_large(&mut self) -> Option<(DriveIndex, Vec<Work>)> {
+        let next = match self.last_large {
+            Some(last) => self
+                .large
+                .range(last + 1..)
+                .next()
+                .or_else(|| self.large.iter().next()),
+            None => self.large.iter().next(),
+        }
+        .map(|(d, _)| *d)?;
+        self.last_large = Some(next);
+        self.large.remove(&next).map(|w| (next, w))
+    }
+}
+
+fn chunk_of(op: &Request) -> Option<ChunkId> {
+    match op {
+        Request::Put { id, .. }
+        | Request::Get { id, .. }
+        | Request::Delete { id, .. }
+        | Request::Stat { id, .. }
+        | Request::DeleteVersion { id, .. } => Some(*id),
+        Request::List { .. }
+        | Request::ListVersions { .. }
+        | Request::DriveInfo { .. }
+        | Request::DriveDetails { .. } => None,
+    }
+}
+
+/// Runs one drive's queued messages, or answers them as misrouted.
+fn run_on(
+    drives: &mut BTreeMap<DriveIndex, Drive>,
+    d: DriveIndex,
+    batches: Vec<Work>,
+    load: &ReactorLoad,
+) {
+    match drives.get_mut(&d) {
+        Some(drive) => drive.run(batches, load),
+        None => {
+            for (ops, reply) in batches {
+                let _ = reply.send(
+                    ops.iter()
+                        .map(|_| {
+                            Err(Failure::new(
+                                FailureCode::BadRequest,
+                                format!("drive {d} is not on this reactor"),
+                            ))
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+}
+
 fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: PollMode) {
     let mut drives: BTreeMap<DriveIndex, Drive> =
         drives.into_iter().map(|d| (d.index, d)).collect();
@@ -479,17 +299,17 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
     let mut last_work = Instant::now();
     let mut last_health = Instant::now();
     let mut stopping = false;
-    let mut pending: Vec<Msg> = Vec::new();
+    let mut queue = Queue::default();
     let mut load = ReactorLoad {
         reactor: r as u64,
         ..ReactorLoad::default()
     };
+    let mut arrived: Vec<Msg> = Vec::new();
     loop {
-        // Drain the mailbox: everything that arrived is one turn (one group commit
-        // per drive).
+        // Drain the mailbox into the queue.
         loop {
             match rx.try_recv() {
-                Ok(m) => pending.push(m),
+                Ok(m) => arrived.push(m),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     stopping = true;
@@ -497,46 +317,30 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
                 }
             }
         }
-        let busy = !pending.is_empty();
+        if !arrived.is_empty() {
+            load.queue_depth = arrived.len() as u64;
+        }
+        for m in arrived.drain(..) {
+            match m {
+                Msg::Batch { drive, ops, reply } => {
+                    load.batches += 1;
+                    load.ops += ops.len() as u64;
+                    queue.push(drives.get(&drive), drive, (ops, reply));
+                }
+                Msg::Shutdown => stopping = true,
+            }
+        }
+        let busy = !queue.is_empty();
         let turn_started = Instant::now();
         if busy {
             load.turns += 1;
-            load.queue_depth = pending.len() as u64;
-            load.batches += pending.len() as u64;
-            load.ops += pending
-                .iter()
-                .map(|m| match m {
-                    Msg::Batch { ops, .. } => ops.len() as u64,
-                    Msg::Shutdown => 0,
-                })
-                .sum::<u64>();
-            let mut by_drive: BTreeMap<DriveIndex, Vec<Work>> = BTreeMap::new();
-            for m in pending.drain(..) {
-                match m {
-                    Msg::Batch { drive, ops, reply } => {
-                        by_drive.entry(drive).or_default().push((ops, reply))
-                    }
-                    Msg::Shutdown => stopping = true,
-                }
+            // Every drive's small work (per drive one group commit), then one
+            // drive's large work; what arrives meanwhile is queued next turn.
+            for (d, batches) in queue.take_small() {
+                run_on(&mut drives, d, batches, &load);
             }
-            for (d, batches) in by_drive {
-                match drives.get_mut(&d) {
-                    Some(drive) => drive.run(batches, &load),
-                    None => {
-                        for (ops, reply) in batches {
-                            let _ = reply.send(
-                                ops.iter()
-                                    .map(|_| {
-                                        Err(Failure::new(
-                                            FailureCode::BadRequest,
-                                            format!("drive {d} is not on this reactor"),
-                                        ))
-                                    })
-                                    .collect(),
-                            );
-                        }
-                    }
-                }
+            if let Some((d, batches)) = queue.take_large() {
+                run_on(&mut drives, d, batches, &load);
             }
             last_work = Instant::now();
         }
@@ -554,7 +358,8 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
         if busy {
             load.busy_ns += turn_started.elapsed().as_nanos() as u64;
         }
-        if stopping {
+        // Shutting down finishes the queued work first.
+        if stopping && queue.is_empty() {
             break;
         }
         if busy || mode == PollMode::Spin || last_work.elapsed() < IDLE_SPIN {
@@ -578,7 +383,7 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             continue;
         }
         match rx.recv_timeout(IDLE_SLEEP) {
-            Ok(m) => pending.push(m),
+            Ok(m) => arrived.push(m),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => stopping = true,
         }
@@ -591,4 +396,107 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
         }
     }
     tracing::info!(reactor = r, "reactor stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn put(drive: DriveIndex, id: u8, len: usize) -> Request {
+        Request::Put {
+            drive,
+            id: ChunkId([id; 16]),
+            tenant: 1,
+            key_id: 0,
+            payload: Bytes::from(vec![0; len]),
+            durable: true,
+        }
+    }
+
+    fn work(ops: Vec<Request>) -> Work {
+        (ops, oneshot::channel().0)
+    }
+
+    /// The first op's chunk byte of each queued message, in order.
+    fn ids(batches: &[Work]) -> Vec<u8> {
+        batches
+            .iter()
+            .map(|(ops, _)| chunk_of(&ops[0]).map_or(0, |c| c.0[0]))
+            .collect()
+    }
+
+    #[test]
+    fn small_work_runs_first_and_large_one_drive_at_a_time() {
+        let mut q = Queue::default();
+        q.push(None, 0, work(vec![put(0, 1, 1 << 20)]));
+        q.push(None, 1, work(vec![put(1, 2, 1 << 20)]));
+        q.push(None, 0, work(vec![put(0, 3, 4096)]));
+        q.push(None, 1, work(vec![put(1, 4, 4096), put(1, 5, 4096)]));
+        // Many small puts in one message add up to large work.
+        q.push(
+            None,
+            2,
+            work((0..64).map(|i| put(2, 10 + i, 4096)).collect()),
+        );
+        let small = q.take_small();
+        assert_eq!(small.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(ids(&small[&0]), vec![3]);
+        assert_eq!(ids(&small[&1]), vec![4]);
+        assert!(q.take_small().is_empty());
+        // Large work, round robin over the drives.
+        let (d, w) = q.take_large().unwrap();
+        assert_eq!((d, ids(&w)), (0, vec![1]));
+        q.push(None, 0, work(vec![put(0, 6, 1 << 20)]));
+        assert_eq!(q.take_large().unwrap().0, 1);
+        assert_eq!(q.take_large().unwrap().0, 2);
+        assert_eq!(q.take_large().unwrap().0, 0, "back to the first drive");
+        assert!(q.take_large().is_none());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn small_work_on_a_chunk_in_queued_large_work_stays_behind_it() {
+        let mut q = Queue::default();
+        q.push(None, 0, work(vec![put(0, 1, 1 << 20)]));
+        // A delete of the chunk being written, and a list of the drive, wait
+        // for the write; work on other chunks or drives does not.
+        q.push(
+            None,
+            0,
+            work(vec![Request::Delete {
+                drive: 0,
+                id: ChunkId([1; 16]),
+                tenant: 1,
+            }]),
+        );
+        q.push(
+            None,
+            0,
+            work(vec![Request::List {
+                drive: 0,
+                after: ChunkId::MIN,
+                limit: 10,
+            }]),
+        );
+        q.push(None, 0, work(vec![put(0, 2, 4096)]));
+        q.push(
+            None,
+            1,
+            work(vec![Request::List {
+                drive: 1,
+                after: ChunkId::MIN,
+                limit: 10,
+            }]),
+        );
+        let small = q.take_small();
+        assert_eq!(ids(&small[&0]), vec![2]);
+        assert_eq!(small[&1].len(), 1);
+        let (_, large) = q.take_large().unwrap();
+        assert_eq!(
+            ids(&large),
+            vec![1, 1, 0],
+            "the write, then the delete and the list, in order"
+        );
+    }
 }

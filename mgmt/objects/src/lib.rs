@@ -146,9 +146,10 @@ pub struct StoreConfig {
     /// at creation). On by default; off for a node whose drives are protected
     /// otherwise, or for tests that look for plaintext on the drives.
     pub seal_root: bool,
-    /// Units of data work (a stripe written or read, a small object's copies)
-    /// run at once while more than one tenant has work, shared between them by
-    /// weight (see `cairn_qos`); 0: no fair sharing.
+    /// Units of large data work (a stripe written or read) run at once while
+    /// more than one tenant has work, shared between them by weight; small
+    /// work shares a larger pool of its own (see `cairn_qos`); 0: no fair
+    /// sharing.
     pub fair_slots: usize,
     /// Bytes of the RAM tier (see [`RamTier`]); 0 turns it off.
     pub ram_bytes: u64,
@@ -176,11 +177,12 @@ impl StoreConfig {
             scrub: ScrubConfig::default(),
             gc: GcConfig::default(),
             seal_root: true,
-            // Measured (bench/qos.sh, 2 cores): fewer slots shield a small
-            // tenant better from a large one and cost the large one more of
-            // its throughput while both are active; 2 is the middle. A tenant
-            // alone is never held.
-            fair_slots: 2,
+            // Measured (bench/qos.sh, 2 cores, docs/benchmarks.md): with
+            // small work in a pool of its own, one large slot keeps a small
+            // tenant's p99 beside a large one at 2-3x its p99 alone, two at
+            // 6-10x, for about 30% more of the large tenant's throughput while
+            // both are active. A tenant alone is never held.
+            fair_slots: 1,
             ram_bytes: 0,
         }
     }

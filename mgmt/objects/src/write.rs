@@ -14,11 +14,9 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// A body as it arrives: counted, hashed and checked against its declared length.
+/// A body as it arrives: counted and checked against its declared length.
 struct Body<S> {
     inner: S,
-    /// None: no MD5 wanted (see [`crate::Etag::Write`]).
-    md5: Option<Md5>,
     got: u64,
     want: Option<u64>,
     max: u64,
@@ -47,9 +45,6 @@ where
                         size: self.got,
                         max: self.max,
                     });
-                }
-                if let Some(m) = &mut self.md5 {
-                    m.update(&b);
                 }
                 Ok(Some(b))
             }
@@ -105,9 +100,12 @@ impl ObjectStore {
                 return Err(ObjectError::TooLarge { size: l, max });
             }
         }
+        // The body's MD5 (None: not wanted, see [`crate::Etag::Write`]), taken
+        // over the bytes in order as they leave the buffer: a small body at
+        // once, a large one a stripe at a time on a bulk thread.
+        let mut md5 = md5.then(Md5::new);
         let mut body = Body {
             inner: body,
-            md5: md5.then(Md5::new),
             got: 0,
             want: len,
             max,
@@ -133,18 +131,21 @@ impl ObjectStore {
         // even when the length is not declared (chunked uploads).
         body.fill(&mut buf, small + 1).await?;
         let mut extent = if buf.len() <= small && body.done {
+            if let Some(h) = &mut md5 {
+                h.update(&buf);
+            }
             self.write_replicated(&mut unfinished, buf, sealer.as_ref(), landing)
                 .await?
         } else {
             let key = sealer.as_ref().map(|s| (s.key.clone(), s.sealed.key_id));
-            self.write_erasure(&mut unfinished, &mut body, buf, key, landing)
+            self.write_erasure(&mut unfinished, (&mut body, &mut md5), buf, key, landing)
                 .await?
         };
         extent.sealed = sealer.map(|s| s.sealed);
         // From here the caller's commit owns the extent.
         unfinished.armed = false;
         Ok(Written {
-            md5: body.md5.map(|m| hex::encode(m.finalize())),
+            md5: md5.map(|m| hex::encode(m.finalize())),
             extent,
             written_in,
         })
@@ -224,7 +225,7 @@ impl ObjectStore {
     async fn write_erasure<S, E>(
         &self,
         unfinished: &mut Unfinished,
-        body: &mut Body<S>,
+        (body, md5): (&mut Body<S>, &mut Option<Md5>),
         mut buf: BytesMut,
         key: Option<(Arc<DataKey>, u32)>,
         landing: &Landing,
@@ -250,7 +251,20 @@ impl ObjectStore {
                 break;
             }
             let take = buf.len().min(stripe_bytes);
-            let data = buf.split_to(take);
+            let mut data = buf.split_to(take);
+            // Milliseconds of hashing per stripe, at the bulk threads' lower
+            // priority (see `bulk`): on the runtime it made every small
+            // request wait behind it for a core.
+            if let Some(h) = md5.take() {
+                let (h, d) = crate::bulk::run(move || {
+                    let mut h = h;
+                    h.update(&data);
+                    (h, data)
+                })
+                .await;
+                *md5 = Some(h);
+                data = d;
+            }
             size += data.len() as u64;
             let drives = place(id, index, k as usize + m as usize, candidates);
             unfinished.stripes.push(Planned::Fragments(drives.clone()));

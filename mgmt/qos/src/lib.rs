@@ -20,6 +20,19 @@
 //!   half a second after its last unit ends (a client's requests come with gaps
 //!   between them). A tenant alone is not held at all: sharing costs a single
 //!   tenant nothing.
+//! - **Small work apart**: a unit moving less than [`SMALL_UNIT`] (a small
+//!   object's copies, a read of a few pages) is shared the same way but in a
+//!   pool of its own, [`SMALL_PER_SLOT`] times larger. Such a unit holds a
+//!   drive for well under a millisecond, and datapathd runs it ahead of large
+//!   work; counted against the large slots, a tenant with one small PUT in
+//!   flight waited for a freed slot (its own, or a large tenant's stripe) before
+//!   its next small GET could start, which made its latency the large tenant's.
+//!   A tenant flooding small work still gets only its share of the small pool.
+//! - **No unit waits for ever**: a waiter looks again every [`ACTIVE`] (the
+//!   others may have gone idle with nothing ending to say so), and after
+//!   [`MAX_SLOT_WAIT`] runs over the slots. A request that holds a slot while
+//!   it asks for another (a copy reads its source while it writes) would
+//!   otherwise wait for itself while other tenants are active.
 //!
 //! The limits come from a [`Source`] (the tenant records in the metadata), read
 //! again at most once per [`REFRESH`] per tenant, so a change made through the
@@ -39,6 +52,14 @@ use tokio::sync::oneshot;
 pub const MAX_REQUEST_WAIT: Duration = Duration::from_secs(2);
 /// How long a tenant's limits are used before they are read again.
 pub const REFRESH: Duration = Duration::from_secs(1);
+/// A unit of data work moving fewer bytes than this is small work, shared in a
+/// pool of its own (see the crate's doc).
+pub const SMALL_UNIT: u64 = 256 << 10;
+/// The small pool's size: this many small units per large slot.
+pub const SMALL_PER_SLOT: usize = 8;
+/// The longest a unit waits for a slot; past it, it runs over the slots (see
+/// [`Qos::admit`]).
+pub const MAX_SLOT_WAIT: Duration = Duration::from_secs(2);
 /// How long after its last unit of work ended a tenant still counts as one
 /// with work: a client's requests come one after another, with a gap between,
 /// and the node stays shared across the gap.
@@ -149,9 +170,16 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// The two pools of slots (indexes of the per-pool arrays).
+const LARGE: usize = 0;
+const SMALL: usize = 1;
+
+type Waiter = (u64, oneshot::Sender<Slot>);
+
 #[derive(Default)]
 struct State {
-    busy: usize,
+    /// Slots held, per pool.
+    busy: [usize; 2],
     /// Orders waiters across tenants (oldest first among equals).
     seq: u64,
     tenants: HashMap<u64, Tenant>,
@@ -160,10 +188,12 @@ struct State {
 struct Tenant {
     limits: Limits,
     read_at: Instant,
-    busy: usize,
+    /// Slots held, per pool.
+    busy: [usize; 2],
     /// When its last unit of work ended (or began).
     worked_at: Instant,
-    waiting: VecDeque<(u64, oneshot::Sender<Slot>)>,
+    /// Units waiting for a slot, per pool, oldest first.
+    waiting: [VecDeque<Waiter>; 2],
     buckets: [Bucket; 4],
     stats: TenantStats,
 }
@@ -189,18 +219,19 @@ pub struct TenantStats {
 pub struct Slot {
     gate: Option<Arc<Inner>>,
     tenant: u64,
+    class: usize,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         if let Some(inner) = self.gate.take() {
             let mut st = inner.lock();
-            st.busy -= 1;
+            st.busy[self.class] -= 1;
             if let Some(t) = st.tenants.get_mut(&self.tenant) {
-                t.busy -= 1;
+                t.busy[self.class] -= 1;
                 t.worked_at = Instant::now();
             }
-            inner.dispatch(&mut st);
+            inner.dispatch(&mut st, self.class);
         }
     }
 }
@@ -283,20 +314,23 @@ impl Qos {
             };
             tokio::time::sleep(wait).await;
         }
+        let unslotted = Slot {
+            gate: None,
+            tenant,
+            class: LARGE,
+        };
         if self.inner.slots == 0 {
-            return Slot { gate: None, tenant };
+            return unslotted;
         }
-        let mut rx = {
+        let class = if bytes < SMALL_UNIT { SMALL } else { LARGE };
+        let (seq, mut rx) = {
             let mut st = self.inner.lock();
             st.seq += 1;
             let seq = st.seq;
             let (tx, rx) = oneshot::channel();
-            self.inner
-                .tenant(&mut st, tenant)
-                .waiting
-                .push_back((seq, tx));
-            self.inner.dispatch(&mut st);
-            rx
+            self.inner.tenant(&mut st, tenant).waiting[class].push_back((seq, tx));
+            self.inner.dispatch(&mut st, class);
+            (seq, rx)
         };
         match rx.try_recv() {
             Ok(slot) => return slot,
@@ -304,13 +338,39 @@ impl Qos {
                 let mut st = self.inner.lock();
                 self.inner.tenant(&mut st, tenant).stats.queued += 1;
             }
-            Err(oneshot::error::TryRecvError::Closed) => return Slot { gate: None, tenant },
+            Err(oneshot::error::TryRecvError::Closed) => return unslotted,
         }
-        match rx.await {
-            Ok(slot) => slot,
-            // The sender is only dropped with the state, which outlives every
-            // waiter; were it ever, running unslotted beats hanging.
-            Err(_) => Slot { gate: None, tenant },
+        let started = Instant::now();
+        loop {
+            match tokio::time::timeout(ACTIVE, &mut rx).await {
+                Ok(Ok(slot)) => return slot,
+                // The sender is only dropped with the state, which outlives
+                // every waiter; were it ever, running unslotted beats hanging.
+                Ok(Err(_)) => return unslotted,
+                Err(_) => {}
+            }
+            // Nothing ended meanwhile, but the others may have gone idle (a
+            // tenant counts as active for ACTIVE after its last unit): look
+            // again. And a unit that has waited MAX_SLOT_WAIT runs over the
+            // slots: a request holding a slot while it asks for another (a
+            // copy reads the source while it writes) must not wait for itself.
+            let mut st = self.inner.lock();
+            self.inner.dispatch(&mut st, class);
+            if let Ok(slot) = rx.try_recv() {
+                return slot;
+            }
+            if started.elapsed() >= MAX_SLOT_WAIT {
+                let t = self.inner.tenant(&mut st, tenant);
+                t.waiting[class].retain(|(s, _)| *s != seq);
+                t.busy[class] += 1;
+                t.worked_at = Instant::now();
+                st.busy[class] += 1;
+                return Slot {
+                    gate: Some(self.inner.clone()),
+                    tenant,
+                    class,
+                };
+            }
         }
     }
 
@@ -322,8 +382,8 @@ impl Qos {
             .iter()
             .map(|(&id, t)| {
                 let mut s = t.stats;
-                s.busy = t.busy;
-                s.waiting = t.waiting.len();
+                s.busy = t.busy.iter().sum();
+                s.waiting = t.waiting.iter().map(VecDeque::len).sum();
                 (id, s)
             })
             .collect();
@@ -343,9 +403,9 @@ impl Inner {
         st.tenants.entry(id).or_insert_with(|| Tenant {
             limits: (self.source)(id),
             read_at: Instant::now(),
-            busy: 0,
+            busy: [0; 2],
             worked_at: Instant::now(),
-            waiting: VecDeque::new(),
+            waiting: Default::default(),
             buckets: Default::default(),
             stats: TenantStats::default(),
         })
@@ -373,29 +433,37 @@ impl Inner {
         }
     }
 
-    /// Hands slots to waiters, each to the tenant holding the fewest per
-    /// weight (its oldest waiter first): always when it is the only tenant with
-    /// work; while the node has slots free; or when that tenant holds less than
-    /// its share of them among the tenants with work running or waiting — then
-    /// it runs even on a full node, and the others give back what they hold
-    /// over their shares as their units end (so a newcomer never waits behind
-    /// another tenant's queue).
-    fn dispatch(self: &Arc<Self>, st: &mut State) {
+    /// Hands `class`'s slots to its waiters, each to the tenant holding the
+    /// fewest per weight (its oldest waiter first): always when it is the only
+    /// tenant with work; while the pool has slots free; or when that tenant
+    /// holds less than its share of them among the tenants with work running
+    /// or waiting (in either pool) — then it runs even on a full pool, and the
+    /// others give back what they hold over their shares as their units end (so
+    /// a newcomer never waits behind another tenant's queue).
+    fn dispatch(self: &Arc<Self>, st: &mut State, class: usize) {
+        let slots = match class {
+            SMALL => self.slots * SMALL_PER_SLOT,
+            _ => self.slots,
+        };
         loop {
             // A tenant between two requests is still a tenant with work: one
             // whose last unit ended within ACTIVE keeps its share.
             let (active, weights) = st
                 .tenants
                 .values()
-                .filter(|t| t.busy > 0 || !t.waiting.is_empty() || t.worked_at.elapsed() < ACTIVE)
+                .filter(|t| {
+                    t.busy.iter().any(|&b| b > 0)
+                        || t.waiting.iter().any(|w| !w.is_empty())
+                        || t.worked_at.elapsed() < ACTIVE
+                })
                 .fold((0u64, 0u64), |(n, w), t| (n + 1, w + t.limits.weight()));
             let next = st
                 .tenants
                 .iter()
                 .filter_map(|(&id, t)| {
-                    let (seq, _) = t.waiting.front()?;
+                    let (seq, _) = t.waiting[class].front()?;
                     // busy/weight compared without division: a/b < c/d ⇔ a·d < c·b.
-                    Some((id, t.busy as u64, t.limits.weight(), *seq))
+                    Some((id, t.busy[class] as u64, t.limits.weight(), *seq))
                 })
                 .min_by(|a, b| (a.1 * b.2).cmp(&(b.1 * a.2)).then(a.3.cmp(&b.3)));
             let Some((id, busy, weight, _)) = next else {
@@ -403,30 +471,31 @@ impl Inner {
             };
             // A tenant alone has no one to share with: its work runs as it
             // comes, as with no slots at all.
-            let share = (self.slots as u64 * weight / weights.max(1)).max(1);
-            if active > 1 && st.busy >= self.slots && busy >= share {
+            let share = (slots as u64 * weight / weights.max(1)).max(1);
+            if active > 1 && st.busy[class] >= slots && busy >= share {
                 return;
             }
             let Some(t) = st.tenants.get_mut(&id) else {
                 return;
             };
-            let Some((_, tx)) = t.waiting.pop_front() else {
+            let Some((_, tx)) = t.waiting[class].pop_front() else {
                 return;
             };
-            t.busy += 1;
+            t.busy[class] += 1;
             t.worked_at = Instant::now();
-            st.busy += 1;
+            st.busy[class] += 1;
             let slot = Slot {
                 gate: Some(self.clone()),
                 tenant: id,
+                class,
             };
             if let Err(mut slot) = tx.send(slot) {
                 // Its waiter gave up: take the slot back here, not through its
                 // drop (which would take the lock held now).
                 slot.gate = None;
-                st.busy -= 1;
+                st.busy[class] -= 1;
                 if let Some(t) = st.tenants.get_mut(&id) {
-                    t.busy -= 1;
+                    t.busy[class] -= 1;
                 }
             }
         }

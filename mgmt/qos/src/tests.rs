@@ -12,6 +12,9 @@ fn weights(w: &'static [(u64, u32)]) -> Source {
     })
 }
 
+/// A stripe's worth: large work, shared in the large pool.
+const STRIPE: u64 = 1 << 20;
+
 /// Whether the future is ready now (polled once).
 fn ready<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
     futures::FutureExt::now_or_never(f)
@@ -22,13 +25,13 @@ async fn a_lone_tenant_is_not_held_a_second_waits_for_its_share() {
     let q = Qos::new(3, none());
     let mut held = Vec::new();
     for _ in 0..5 {
-        held.push(q.admit(1, Way::Write, 1 << 20).await);
+        held.push(q.admit(1, Way::Write, STRIPE).await);
     }
     assert_eq!(q.stats()[0].1.busy, 5, "alone: past the slots");
     // A second tenant runs at once (under its share), and then the node is
     // shared: each entitled to one of three.
-    let b = q.admit(2, Way::Write, 0).await;
-    let mut sixth = Box::pin(q.admit(1, Way::Write, 1 << 20));
+    let b = q.admit(2, Way::Write, STRIPE).await;
+    let mut sixth = Box::pin(q.admit(1, Way::Write, STRIPE));
     assert!(ready(&mut sixth).is_none(), "tenant 1 is over its share");
     assert_eq!(q.stats()[0].1.waiting, 1);
     held.truncate(2);
@@ -39,24 +42,24 @@ async fn a_lone_tenant_is_not_held_a_second_waits_for_its_share() {
         .expect("a freed slot goes to the waiter");
     drop(b);
     // Alone again: not held.
-    let _more = ready(&mut Box::pin(q.admit(1, Way::Write, 0))).expect("alone again");
+    let _more = ready(&mut Box::pin(q.admit(1, Way::Write, STRIPE))).expect("alone again");
 }
 
 #[tokio::test]
 async fn a_newcomer_runs_at_once_and_the_others_keep_their_shares() {
     let q = Qos::new(2, none());
-    let b = q.admit(2, Way::Read, 0).await;
-    let a = q.admit(1, Way::Write, 0).await;
+    let b = q.admit(2, Way::Read, STRIPE).await;
+    let a = q.admit(1, Way::Write, STRIPE).await;
     // Tenants 1 and 2 hold one of two slots each: their shares. Tenant 1
     // queues five more.
     let mut a_waiting: Vec<_> = (0..5)
-        .map(|_| Box::pin(q.admit(1, Way::Write, 0)))
+        .map(|_| Box::pin(q.admit(1, Way::Write, STRIPE)))
         .collect();
     for w in a_waiting.iter_mut() {
         assert!(ready(w).is_none());
     }
     // Tenant 3 holds none of its share: it runs at once on the full node.
-    let c = ready(&mut Box::pin(q.admit(3, Way::Read, 0))).expect("under its share");
+    let c = ready(&mut Box::pin(q.admit(3, Way::Read, STRIPE))).expect("under its share");
     // Tenant 2 done: tenant 1 still holds its share of a full node.
     drop(b);
     for w in a_waiting.iter_mut() {
@@ -81,7 +84,10 @@ async fn slots_are_shared_by_weight_while_both_wait() {
     type Waiting = std::pin::Pin<Box<dyn std::future::Future<Output = Slot>>>;
     let ask = |id: u64| -> (u64, Waiting) {
         let q = q.clone();
-        (id, Box::pin(async move { q.admit(id, Way::Read, 0).await }))
+        (
+            id,
+            Box::pin(async move { q.admit(id, Way::Read, STRIPE).await }),
+        )
     };
     // Moves every waiter whose slot came from `waiting` to `held`.
     fn granted(waiting: &mut Vec<(u64, Waiting)>, held: &mut Vec<(u64, Slot)>) {
@@ -112,15 +118,15 @@ async fn slots_are_shared_by_weight_while_both_wait() {
 async fn a_waiter_that_gives_up_leaks_no_slot() {
     let q = Qos::new(1, none());
     // Two tenants hold their shares: a third unit of either waits.
-    let held = q.admit(1, Way::Write, 0).await;
-    let other = q.admit(2, Way::Write, 0).await;
-    let mut gone = Box::pin(q.admit(1, Way::Write, 0));
+    let held = q.admit(1, Way::Write, STRIPE).await;
+    let other = q.admit(2, Way::Write, STRIPE).await;
+    let mut gone = Box::pin(q.admit(1, Way::Write, STRIPE));
     assert!(ready(&mut gone).is_none());
     drop(gone);
     drop(held);
     drop(other);
     assert_eq!(q.stats().iter().map(|(_, s)| s.busy).sum::<usize>(), 0);
-    let _again = tokio::time::timeout(Duration::from_secs(1), q.admit(3, Way::Write, 0))
+    let _again = tokio::time::timeout(Duration::from_secs(1), q.admit(3, Way::Write, STRIPE))
         .await
         .expect("the slot is free again");
 }
@@ -271,4 +277,76 @@ async fn a_transfer_given_up_costs_nothing_and_a_lifted_limit_frees_waiters() {
     rate.store(0, Ordering::Relaxed);
     let took = waiting.await.unwrap();
     assert!(took < REFRESH + Duration::from_millis(800), "{took:?}");
+}
+
+#[tokio::test]
+async fn small_work_has_a_pool_of_its_own() {
+    let q = Qos::new(1, none());
+    // Tenant 1 streams stripes and queues more; tenant 2 holds a small unit.
+    let a = q.admit(1, Way::Write, STRIPE).await;
+    let mut a_next = Box::pin(q.admit(1, Way::Write, STRIPE));
+    let b_put = q.admit(2, Way::Write, 4096).await;
+    assert!(ready(&mut a_next).is_none(), "the large pool is full");
+    // Tenant 2's next small unit runs at once beside its first: it neither
+    // waits for its own unit nor for a stripe to end.
+    let b_get = ready(&mut Box::pin(q.admit(2, Way::Read, 4096))).expect("small pool");
+    // Its first stripe runs at once too (it holds none of its share of the
+    // large pool), while tenant 1, holding its share, still waits.
+    let b_large = ready(&mut Box::pin(q.admit(2, Way::Read, STRIPE))).expect("below its share");
+    assert!(ready(&mut a_next).is_none(), "tenant 1 holds its share");
+    drop(a);
+    let _a_next = ready(&mut a_next).expect("tenant 1 below its share again");
+    drop(b_large);
+    // The small pool is shared too: with both tenants active, tenant 2 gets
+    // its share of SMALL_PER_SLOT (half), and waits beyond it.
+    let mut held = vec![b_put, b_get];
+    while held.len() < SMALL_PER_SLOT / 2 {
+        held.push(ready(&mut Box::pin(q.admit(2, Way::Read, 4096))).expect("within its share"));
+    }
+    let _a_small = q.admit(1, Way::Read, 4096).await;
+    while held.len() < SMALL_PER_SLOT - 1 {
+        held.push(ready(&mut Box::pin(q.admit(2, Way::Read, 4096))).expect("pool not full"));
+    }
+    let mut over = Box::pin(q.admit(2, Way::Read, 4096));
+    assert!(
+        ready(&mut over).is_none(),
+        "over its share of a full small pool"
+    );
+    held.pop();
+    assert!(ready(&mut over).is_some(), "a freed small slot");
+}
+
+#[tokio::test]
+async fn a_unit_asking_while_it_holds_a_slot_does_not_wait_for_ever() {
+    let q = Qos::new(1, none());
+    // Tenant 1 holds its share (a copy reading its source) while tenant 2
+    // keeps working, and asks for another (the copy's write).
+    let _read = q.admit(1, Way::Read, STRIPE).await;
+    let _other = q.admit(2, Way::Write, STRIPE).await;
+    let started = Instant::now();
+    let _write = tokio::time::timeout(Duration::from_secs(10), q.admit(1, Way::Write, STRIPE))
+        .await
+        .expect("runs over the slots after MAX_SLOT_WAIT");
+    assert!(
+        started.elapsed() >= MAX_SLOT_WAIT,
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(q.stats()[0].1.busy, 2);
+    assert_eq!(q.stats()[0].1.waiting, 0);
+}
+
+#[tokio::test]
+async fn a_waiter_runs_once_the_other_tenant_has_gone_idle() {
+    let q = Qos::new(1, none());
+    let held = q.admit(1, Way::Read, STRIPE).await;
+    // Tenant 2 worked a moment ago: tenant 1 is not alone yet.
+    drop(q.admit(2, Way::Write, STRIPE).await);
+    let started = Instant::now();
+    let _next = tokio::time::timeout(Duration::from_secs(10), q.admit(1, Way::Write, STRIPE))
+        .await
+        .expect("alone again");
+    let waited = started.elapsed();
+    assert!(waited >= ACTIVE / 2 && waited < MAX_SLOT_WAIT, "{waited:?}");
+    drop(held);
 }

@@ -131,11 +131,12 @@ struct Args {
     /// by default everything is encrypted at rest).
     #[arg(long, env = "CAIRN_ROOT_PLAINTEXT")]
     root_plaintext: bool,
-    /// Units of data work (a stripe written or read, a small object's copies)
-    /// run at once while more than one tenant has work; each tenant is entitled
-    /// to its weighted share of them (0: no fair sharing; a tenant alone is
+    /// Units of large data work (a stripe written or read) run at once while
+    /// more than one tenant has work; each tenant is entitled to its weighted
+    /// share of them, and small work (a small object's copies, a short read)
+    /// shares a pool 8 times larger (0: no fair sharing; a tenant alone is
     /// never held).
-    #[arg(long, env = "CAIRN_FAIR_SLOTS", default_value_t = 2)]
+    #[arg(long, env = "CAIRN_FAIR_SLOTS", default_value_t = 1)]
     fair_slots: usize,
     /// The scrubber's ceiling, in MiB read per second (a quarter of it while
     /// clients are active).
