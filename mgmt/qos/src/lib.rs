@@ -360,16 +360,8 @@ impl Qos {
                 return slot;
             }
             if started.elapsed() >= MAX_SLOT_WAIT {
-                let t = self.inner.tenant(&mut st, tenant);
-                t.waiting[class].retain(|(s, _)| *s != seq);
-                t.busy[class] += 1;
-                t.worked_at = Instant::now();
-                st.busy[class] += 1;
-                return Slot {
-                    gate: Some(self.inner.clone()),
-                    tenant,
-                    class,
-                };
+                self.inner.tenant(&mut st, tenant).waiting[class].retain(|(s, _)| *s != seq);
+                return self.inner.grant(&mut st, tenant, class);
             }
         }
     }
@@ -433,6 +425,21 @@ impl Inner {
         }
     }
 
+    /// Counts a slot of `class` held by tenant `id` (known to the state) and
+    /// returns it.
+    fn grant(self: &Arc<Self>, st: &mut State, id: u64, class: usize) -> Slot {
+        if let Some(t) = st.tenants.get_mut(&id) {
+            t.busy[class] += 1;
+            t.worked_at = Instant::now();
+        }
+        st.busy[class] += 1;
+        Slot {
+            gate: Some(self.clone()),
+            tenant: id,
+            class,
+        }
+    }
+
     /// Hands `class`'s slots to its waiters, each to the tenant holding the
     /// fewest per weight (its oldest waiter first): always when it is the only
     /// tenant with work; while the pool has slots free; or when that tenant
@@ -475,20 +482,14 @@ impl Inner {
             if active > 1 && st.busy[class] >= slots && busy >= share {
                 return;
             }
-            let Some(t) = st.tenants.get_mut(&id) else {
+            let Some((_, tx)) = st
+                .tenants
+                .get_mut(&id)
+                .and_then(|t| t.waiting[class].pop_front())
+            else {
                 return;
             };
-            let Some((_, tx)) = t.waiting[class].pop_front() else {
-                return;
-            };
-            t.busy[class] += 1;
-            t.worked_at = Instant::now();
-            st.busy[class] += 1;
-            let slot = Slot {
-                gate: Some(self.clone()),
-                tenant: id,
-                class,
-            };
+            let slot = self.grant(st, id, class);
             if let Err(mut slot) = tx.send(slot) {
                 // Its waiter gave up: take the slot back here, not through its
                 // drop (which would take the lock held now).
