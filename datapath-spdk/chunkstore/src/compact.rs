@@ -47,6 +47,8 @@ impl ChunkStore {
     /// Compacts until `want_free` segments are free or no round can free more.
     pub(crate) fn compact_until(&mut self, max_live_ratio: f64, want_free: usize) -> Result<usize> {
         self.check_ok()?;
+        // Releasing a segment must not pull it from under a read in flight.
+        self.settle();
         let before = self.free.len();
         // Targets written by this call are not sources again in it.
         let mut filled = BTreeSet::new();

@@ -34,11 +34,13 @@
 //! durably); or panic on anything read from the device.
 
 mod compact;
+mod flight;
 pub mod format;
 mod recovery;
 mod store;
 mod write;
 
+pub use flight::Ticket;
 pub use format::{Probe, Superblock};
 pub use store::{ChunkStore, FormatParams, Report, WriteOp, WriteOutcome};
 

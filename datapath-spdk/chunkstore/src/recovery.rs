@@ -297,6 +297,10 @@ impl ChunkStore {
             failed: None,
             open_stats: stats,
             unflushed_since: None,
+            flights: Default::default(),
+            done: Default::default(),
+            // Above the tags used at open (each synchronous call there counts from 0).
+            next_tag: 1 << 32,
         };
         for s in to_free {
             store.release(s)?;

@@ -2,10 +2,13 @@
 //! reports. Writes (group commit and the reserve) are in `write.rs`, open and
 //! recovery in `recovery.rs`, compaction in `compact.rs`.
 //!
-//! I/O is issued through the queue pair and waited for inside each call: a call is
-//! one reactor step for its drive (a whole group-committed batch, or all the reads
-//! of a batch issued together). Reads of one call run in parallel on the queue.
+//! I/O goes through the queue pair in groups (`flight.rs`): a group commit or a
+//! set of gets can be handed to the queue and collected later (split phase), so a
+//! reactor serves small reads while a large write or read is on the device; the
+//! synchronous calls (`write_batch`, `get_many`) are the same groups, waited for.
+//! Reads of one group run in parallel on the queue.
 
+use crate::flight::{Done, Flight, Then};
 use crate::format::*;
 use crate::recovery::OpenStats;
 use crate::{Result, StoreError};
@@ -29,7 +32,7 @@ pub(crate) const DELETE_RESERVE: usize = 1;
 /// Free segments puts never take.
 pub(crate) const RESERVE: usize = COMPACTION_RESERVE + DELETE_RESERVE;
 /// A device that does not complete an I/O in this long is treated as failed.
-const IO_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Identity and geometry for formatting a drive.
 #[derive(Clone, Debug)]
@@ -203,6 +206,11 @@ pub struct ChunkStore {
     /// Since when write-back records sit in the device's volatile cache, not
     /// yet flushed (none: everything written is durable).
     pub(crate) unflushed_since: Option<Instant>,
+    /// Groups of I/O in flight, by the tag of their first I/O (`flight.rs`).
+    pub(crate) flights: BTreeMap<u64, Flight>,
+    /// Finished groups' answers, kept until their ticket is redeemed.
+    pub(crate) done: HashMap<u64, Done>,
+    pub(crate) next_tag: u64,
 }
 
 impl std::fmt::Debug for ChunkStore {
@@ -315,47 +323,41 @@ impl ChunkStore {
         // still volatile: otherwise a power loss could keep the later write and
         // lose the earlier records under it, a hole in the log that the next
         // open would take for corruption rather than a torn tail.
-        if self.unflushed_since.is_some()
-            && ios
-                .iter()
-                .any(|io| matches!(io, Io::Write { fua: true, .. }))
+        if ios
+            .iter()
+            .any(|io| matches!(io, Io::Write { fua: true, .. }))
         {
-            if let Err(e) = self.flush() {
+            if let Err(e) = self.flush_if_unflushed() {
                 return ios
                     .iter()
                     .map(|_| Err(StoreError::Failed(e.to_string())))
                     .collect();
             }
         }
-        let res = run(self.qp.as_mut(), ios);
-        for r in &res {
-            if let Err(e) = r {
-                let msg = e.to_string();
-                if self.failed.is_none() {
-                    tracing::error!(device = %self.device.name, "I/O error, failing the store: {msg}");
-                    self.failed = Some(msg);
-                }
-            }
-        }
-        res
+        let n = ios.len();
+        let t = self.submit(ios, Then::Raw);
+        self.end_raw(t, n)
     }
 
     /// Makes every write so far durable (write-back records included).
     pub fn flush(&mut self) -> Result<()> {
         self.check_ok()?;
-        let r = run(self.qp.as_mut(), vec![Io::Flush]).pop();
-        match r {
+        // A failed flush fails the store (in the group's completion).
+        match self.io(vec![Io::Flush]).pop() {
             Some(Ok(_)) => {
                 self.unflushed_since = None;
                 Ok(())
             }
-            Some(Err(e)) => {
-                let msg = e.to_string();
-                tracing::error!(device = %self.device.name, "flush failed, failing the store: {msg}");
-                self.failed = Some(msg.clone());
-                Err(StoreError::Failed(msg))
-            }
+            Some(Err(e)) => Err(StoreError::Failed(e.to_string())),
             None => Err(StoreError::Malformed("no completion")),
+        }
+    }
+
+    /// Flushes write-back records, if any, before a durable write.
+    pub(crate) fn flush_if_unflushed(&mut self) -> Result<()> {
+        match self.unflushed_since {
+            Some(_) => self.flush(),
+            None => Ok(()),
         }
     }
 
@@ -460,40 +462,8 @@ impl ChunkStore {
     /// Reads several chunks with their I/Os in flight together. Every payload is
     /// verified (header crc, payload crc, chunk id, tenant, seq) before it is returned.
     pub fn get_many(&mut self, reqs: &[(ChunkId, TenantId)]) -> Vec<Result<Bytes>> {
-        if let Err(e) = self.check_ok() {
-            return reqs
-                .iter()
-                .map(|_| Err(StoreError::Failed(e.to_string())))
-                .collect();
-        }
-        let mut out: Vec<Option<Result<Bytes>>> = (0..reqs.len()).map(|_| None).collect();
-        let mut ios = Vec::new();
-        let mut wanted = Vec::new();
-        for (i, (id, tenant)) in reqs.iter().enumerate() {
-            match self.index.get(id) {
-                Some(e) if e.tenant == *tenant => {
-                    let abs = self.sb.segment_offset(e.seg) + e.off as u64;
-                    let start = abs - abs % BLOCK as u64;
-                    let end = round_block(abs + record_len(e.plen));
-                    ios.push(Io::Read {
-                        off: start,
-                        len: end - start,
-                    });
-                    wanted.push((i, *e, (abs - start) as usize));
-                }
-                _ => out[i] = Some(Err(StoreError::NotFound)),
-            }
-        }
-        let res = self.io(ios);
-        for ((i, e, rel), r) in wanted.into_iter().zip(res) {
-            out[i] =
-                Some(r.and_then(|buf| {
-                    verify(buf.as_slice().get(rel..).unwrap_or(&[]), &reqs[i].0, &e)
-                }));
-        }
-        out.into_iter()
-            .map(|r| r.unwrap_or(Err(StoreError::NotFound)))
-            .collect()
+        let t = self.begin_reads(reqs);
+        self.end_reads(t)
     }
 
     /// Length and crc32c of a chunk's payload, from the index (no read).
@@ -564,6 +534,7 @@ impl ChunkStore {
     /// Closes the store: seals the open segment and flushes (write-back records
     /// become durable here at the latest), then drops the queue.
     pub fn close(mut self) -> Result<()> {
+        self.settle();
         // Seal the open segment: after a clean stop every record is then in a
         // summary, so damage to the last batch can never be mistaken at the next
         // open for a torn (unacknowledged) write.
@@ -585,7 +556,7 @@ impl ChunkStore {
     }
 }
 
-fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
+pub(crate) fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
     let (h, payload) =
         parse_record(raw).map_err(|m| StoreError::Corrupt(format!("chunk {id}: {m}")))?;
     if h.id != *id

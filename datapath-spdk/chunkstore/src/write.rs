@@ -2,9 +2,10 @@
 //! the reserve of free segments that puts never take (so deletes work on a full
 //! drive and compaction always has a target).
 
+use crate::flight::{PlacedBatch, Then, Ticket};
 use crate::format::*;
 use crate::store::{
-    ChunkStore, Entry, WriteOp, WriteOutcome, COMPACTION_RESERVE, MAX_BATCH_BYTES, RESERVE,
+    ChunkStore, Entry, Io, WriteOp, WriteOutcome, COMPACTION_RESERVE, MAX_BATCH_BYTES, RESERVE,
 };
 use crate::{Result, StoreError};
 use cairn_blockdev::BlockError;
@@ -67,7 +68,7 @@ impl ChunkStore {
     }
 
     /// Applies a durable record to the index; says whether the chunk existed.
-    fn apply(&mut self, s: u32, off: u32, h: &RecordHeader) -> bool {
+    pub(crate) fn apply(&mut self, s: u32, off: u32, h: &RecordHeader) -> bool {
         let size = record_len(h.payload_len);
         let seg = &mut self.segs[s as usize];
         seg.used += size;
@@ -116,15 +117,33 @@ impl ChunkStore {
     /// or before the next durable write, whichever comes first. A batch with any
     /// durable op is durable as a whole.
     pub fn write_batch(&mut self, ops: &[WriteOp<'_>]) -> Vec<Result<WriteOutcome>> {
+        let t = self.begin_write(ops);
+        self.end_write(t)
+    }
+
+    /// [`ChunkStore::write_batch`] in two phases: everything up to the last
+    /// batch's write is done here (a group larger than one batch, or one that
+    /// seals a segment, writes the earlier parts before returning); the last
+    /// batch is handed to the queue, and its records enter the index when it
+    /// completes. Answered by [`ChunkStore::end_write`]. Waits first for
+    /// whatever is in flight (see `flight.rs`).
+    pub fn begin_write(&mut self, ops: &[WriteOp<'_>]) -> Ticket {
+        self.settle();
         let write_back = ops
             .iter()
             .all(|op| matches!(op, WriteOp::Put { durable: false, .. }));
         let mut results: Vec<Option<Result<WriteOutcome>>> = (0..ops.len()).map(|_| None).collect();
         if let Err(e) = self.check_ok() {
-            return ops
-                .iter()
-                .map(|_| Err(StoreError::Failed(e.to_string())))
-                .collect();
+            for r in &mut results {
+                *r = Some(Err(StoreError::Failed(e.to_string())));
+            }
+            return self.submit(
+                Vec::new(),
+                Then::Write {
+                    results,
+                    batch: None,
+                },
+            );
         }
         // Plan: decide each op against the index as updated by the ops before it.
         let mut view: HashMap<ChunkId, Option<TenantId>> = HashMap::new();
@@ -266,17 +285,17 @@ impl ChunkStore {
                 }
             };
             let first_seq = self.next_seq;
-            let mut placed = Vec::with_capacity(j - i);
+            let mut records = Vec::with_capacity(j - i);
             {
                 let b = buf.as_mut_slice();
                 let mut pos = BATCH_HEADER;
-                for (_, h, payload) in &mut plan[i..j] {
+                for (k, h, payload) in &mut plan[i..j] {
                     h.seq = self.next_seq;
                     self.next_seq += 1;
                     b[pos..pos + RECORD_HEADER].copy_from_slice(&h.encode());
                     b[pos + RECORD_HEADER..pos + RECORD_HEADER + payload.len()]
                         .copy_from_slice(payload);
-                    placed.push(pos);
+                    records.push((*k, *h, pos));
                     pos += record_len(h.payload_len) as usize;
                 }
                 let bh = BatchHeader {
@@ -287,35 +306,55 @@ impl ChunkStore {
                 };
                 b[..BATCH_HEADER].copy_from_slice(&bh.encode());
             }
-            let wo = self.segs[s as usize].write_off;
-            match self.write_as(self.sb.segment_offset(s) + wo, buf, !write_back) {
-                Ok(()) => {
-                    if write_back {
-                        self.unflushed_since
-                            .get_or_insert_with(std::time::Instant::now);
+            let placed = PlacedBatch {
+                seg: s,
+                off: self.segs[s as usize].write_off,
+                len: blen,
+                write_back,
+                records,
+            };
+            let at = self.sb.segment_offset(s) + placed.off;
+            if j == plan.len() {
+                // The last batch: in flight when this returns.
+                if !write_back {
+                    // See `io`: no durable write over volatile records.
+                    if let Err(e) = self.flush_if_unflushed() {
+                        let msg = e.to_string();
+                        for (k, _, _) in &plan[i..] {
+                            results[*k] = Some(Err(StoreError::Failed(msg.clone())));
+                        }
+                        break;
                     }
-                    for (n, (k, h, _)) in plan[i..j].iter().enumerate() {
-                        let existed = self.apply(s, (wo as usize + placed[n]) as u32, h);
-                        results[*k] = Some(Ok(match h.kind {
-                            RecordKind::Put => WriteOutcome::Put,
-                            RecordKind::Tombstone => WriteOutcome::Delete { existed },
-                        }));
-                    }
-                    self.segs[s as usize].write_off = wo + round_block(blen as u64);
                 }
-                Err(e) => {
-                    let msg = e.to_string();
-                    for (k, _, _) in &plan[i..] {
-                        results[*k] = Some(Err(StoreError::Failed(msg.clone())));
-                    }
-                    break;
+                return self.submit(
+                    vec![Io::Write {
+                        off: at,
+                        buf,
+                        fua: !write_back,
+                    }],
+                    Then::Write {
+                        results,
+                        batch: Some(placed),
+                    },
+                );
+            }
+            let written = self.write_as(at, buf, !write_back);
+            let failed = written.is_err();
+            self.commit_batch(&placed, written, &mut results);
+            if failed {
+                for (k, _, _) in &plan[j..] {
+                    results[*k] = Some(Err(StoreError::Failed("an earlier batch failed".into())));
                 }
+                break;
             }
             i = j;
         }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(StoreError::Malformed("operation left unanswered"))))
-            .collect()
+        self.submit(
+            Vec::new(),
+            Then::Write {
+                results,
+                batch: None,
+            },
+        )
     }
 }

@@ -4,17 +4,11 @@
 
 use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{
-    DriveReport, DriveSpace, DriveState, Failure, FailureCode, ReactorLoad, Reply, Request,
-    Response, LAZY_FLUSH,
+    DriveReport, DriveSpace, DriveState, Failure, FailureCode, ReactorLoad, LAZY_FLUSH,
 };
-use cairn_chunkstore::{ChunkStore, StoreError, WriteOp, WriteOutcome};
+use cairn_chunkstore::{ChunkStore, StoreError};
 use cairn_types::DriveIndex;
 use std::sync::Arc;
-
-use crate::reactor::Work;
-
-/// Most ids one List answers (keeps a response well under the frame limit).
-const MAX_LIST: usize = 65_536;
 
 /// Where a drive failed at open is, for its reports.
 pub(crate) struct Unopened {
@@ -29,6 +23,8 @@ pub(crate) struct Drive {
     pub(crate) open: Option<(Arc<dyn BlockDevice>, ChunkStore)>,
     pub(crate) unopened: Option<Unopened>,
     pub(crate) failed: Option<String>,
+    /// Large work in flight on the drive (see `turn.rs`).
+    pub(crate) turn: Option<crate::turn::Turn>,
 }
 
 impl Drive {
@@ -39,7 +35,7 @@ impl Drive {
         }
     }
 
-    fn report(&self, load: &ReactorLoad) -> DriveReport {
+    pub(crate) fn report(&self, load: &ReactorLoad) -> DriveReport {
         let Some((_, store)) = &self.open else {
             let u = self.unopened.as_ref();
             return DriveReport {
@@ -127,7 +123,7 @@ impl Drive {
     }
 
     /// Maps a store error to the wire, failing the drive on I/O errors.
-    fn failure(&mut self, e: StoreError) -> Failure {
+    pub(crate) fn failure(&mut self, e: StoreError) -> Failure {
         let code = match &e {
             StoreError::NotFound => FailureCode::NotFound,
             StoreError::Corrupt(_) => FailureCode::Corrupt,
@@ -142,7 +138,7 @@ impl Drive {
         Failure::new(code, e.to_string())
     }
 
-    fn failed_response(&self) -> Failure {
+    pub(crate) fn failed_response(&self) -> Failure {
         Failure::new(
             FailureCode::DriveFailed,
             format!(
@@ -151,143 +147,6 @@ impl Drive {
                 self.failed.as_deref().unwrap_or("")
             ),
         )
-    }
-
-    /// Runs one turn's operations for this drive: `batches` are the messages, each
-    /// answered in its own order. All writes of the turn are one group commit.
-    pub(crate) fn run(&mut self, batches: Vec<Work>, load: &ReactorLoad) {
-        let mut results: Vec<Vec<Option<Response>>> = batches
-            .iter()
-            .map(|(ops, _)| (0..ops.len()).map(|_| None).collect())
-            .collect();
-        self.check_health_if_unhealthy_store();
-        // Writes first, all messages together.
-        let mut wpos = Vec::new();
-        let mut writes = Vec::new();
-        for (b, (ops, _)) in batches.iter().enumerate() {
-            for (i, op) in ops.iter().enumerate() {
-                match op {
-                    Request::Put {
-                        id,
-                        tenant,
-                        key_id,
-                        payload,
-                        durable,
-                        ..
-                    } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::Put {
-                            id: *id,
-                            tenant: *tenant,
-                            key_id: *key_id,
-                            payload: payload.as_ref(),
-                            durable: *durable,
-                        });
-                    }
-                    Request::Delete { id, tenant, .. } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::Delete {
-                            id: *id,
-                            tenant: *tenant,
-                        });
-                    }
-                    Request::DeleteVersion {
-                        id, tenant, seq, ..
-                    } => {
-                        wpos.push((b, i));
-                        writes.push(WriteOp::DeleteVersion {
-                            id: *id,
-                            tenant: *tenant,
-                            seq: *seq,
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        if !writes.is_empty() {
-            if let (None, Some((_, store))) = (&self.failed, &mut self.open) {
-                let out = store.write_batch(&writes);
-                for ((&(b, i), r), w) in wpos.iter().zip(out).zip(&writes) {
-                    let versioned = matches!(w, WriteOp::DeleteVersion { .. });
-                    results[b][i] = Some(match r {
-                        Ok(WriteOutcome::Put) => Ok(Reply::Put),
-                        Ok(WriteOutcome::Delete { existed }) if versioned => {
-                            Ok(Reply::DeleteVersion { deleted: existed })
-                        }
-                        Ok(WriteOutcome::Delete { existed }) => Ok(Reply::Delete { existed }),
-                        Err(e) => Err(self.failure(e)),
-                    });
-                }
-            } else {
-                for &(b, i) in &wpos {
-                    results[b][i] = Some(Err(self.failed_response()));
-                }
-            }
-        }
-        drop(writes);
-        // Reads: gets of the turn in flight together; the rest from the index.
-        let mut gpos = Vec::new();
-        let mut gets = Vec::new();
-        for (b, (ops, _)) in batches.iter().enumerate() {
-            for (i, op) in ops.iter().enumerate() {
-                let r = match op {
-                    Request::Put { .. }
-                    | Request::Delete { .. }
-                    | Request::DeleteVersion { .. } => continue,
-                    Request::DriveInfo { .. } => Ok(Reply::DriveInfo(self.report(load))),
-                    Request::DriveDetails { .. } => Ok(Reply::DriveDetails(self.report(load))),
-                    _ if self.failed.is_some() || self.open.is_none() => {
-                        Err(self.failed_response())
-                    }
-                    Request::Get { id, tenant, .. } => {
-                        gpos.push((b, i));
-                        gets.push((*id, *tenant));
-                        continue;
-                    }
-                    Request::Stat { id, tenant, .. } => match self.store().stat(*id, *tenant) {
-                        Ok((len, crc32c)) => Ok(Reply::Stat { len, crc32c }),
-                        Err(e) => Err(self.failure(e)),
-                    },
-                    Request::List { after, limit, .. } => {
-                        match self.store().list(*after, (*limit as usize).min(MAX_LIST)) {
-                            Ok(chunks) => Ok(Reply::List { chunks }),
-                            Err(e) => Err(self.failure(e)),
-                        }
-                    }
-                    Request::ListVersions { after, limit, .. } => match self
-                        .store()
-                        .list_versions(*after, (*limit as usize).min(MAX_LIST))
-                    {
-                        Ok(chunks) => Ok(Reply::ListVersions { chunks }),
-                        Err(e) => Err(self.failure(e)),
-                    },
-                };
-                results[b][i] = Some(r);
-            }
-        }
-        if let (false, Some((_, store))) = (gets.is_empty(), &mut self.open) {
-            let out = store.get_many(&gets);
-            for (&(b, i), r) in gpos.iter().zip(out) {
-                results[b][i] = Some(match r {
-                    Ok(payload) => Ok(Reply::Get { payload }),
-                    Err(e) => Err(self.failure(e)),
-                });
-            }
-        }
-        for ((_, reply), res) in batches.into_iter().zip(results) {
-            let res = res
-                .into_iter()
-                .map(|r| {
-                    r.unwrap_or_else(|| {
-                        Err(Failure::new(FailureCode::Io, "operation not executed"))
-                    })
-                })
-                .collect();
-            // The connection may be gone; its answers are simply dropped.
-            let _ = reply.send(res);
-        }
-        self.check_health_if_unhealthy_store();
     }
 
     /// The length of a chunk held here for `tenant` (0 if none): what a Get of
@@ -301,14 +160,14 @@ impl Drive {
 
     /// The open store; only called where `failed` is `None` (and a drive that
     /// failed at open always has `failed` set).
-    fn store(&self) -> &ChunkStore {
+    pub(crate) fn store(&self) -> &ChunkStore {
         match &self.open {
             Some((_, s)) => s,
             None => unreachable!("a drive that failed at open is marked failed"),
         }
     }
 
-    fn check_health_if_unhealthy_store(&mut self) {
+    pub(crate) fn check_health_if_unhealthy_store(&mut self) {
         if self.failed.is_none() {
             if let Some(why) = self.open.as_ref().and_then(|(_, s)| s.failed()) {
                 let why = why.to_string();

@@ -18,6 +18,7 @@ mod drive;
 mod reactor;
 mod server;
 mod sys;
+mod turn;
 
 pub use config::{parse_size, Backend, Config, CoreList, DriveSpec, PollMode};
 

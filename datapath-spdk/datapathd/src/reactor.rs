@@ -1,18 +1,20 @@
 //! Poll-mode reactors: each owns some drives' chunk stores, outright.
 //!
 //! A reactor's loop: drain the mailbox (every message that arrived since the last
-//! turn) into its queue, run the queued small work of every drive and then one
-//! drive's large work (per drive, all writes one group commit, then the reads
-//! together), answer, check drive health every 500 ms, and then either spin (work
-//! just happened, or `--poll spin`) or sleep on the mailbox with a timeout, so an
-//! idle daemon costs ~0% CPU. No locks are shared between reactors; the mailbox is
-//! the only way in.
+//! turn) into its queue, run the small work that may run now, start the large
+//! work of every drive that has none in flight, move the turns in flight on as
+//! their I/O completes, check drive health every 500 ms, and then either spin
+//! (work just happened, or `--poll spin`), nap briefly (I/O in flight), or sleep
+//! on the mailbox with a timeout, so an idle daemon costs ~0% CPU. No locks are
+//! shared between reactors; the mailbox is the only way in.
 //!
-//! Small before large: a reactor runs its drives one after another, and a turn
-//! holding one tenant's stripes (a megabyte or more per drive, written and
-//! flushed) takes tens of milliseconds. A 4 KiB request that arrived during it
-//! used to wait for the whole turn and then for the large work queued beside it
-//! in the next. Now it waits for at most one drive's large group.
+//! Small before large, and beside it: a turn of large work (one tenant's
+//! stripes, a megabyte or more per drive, written and flushed) takes
+//! milliseconds on the device. It is left in flight (split phase, `turn.rs`),
+//! and small work runs meanwhile: at once on the other drives, and on the
+//! drive itself when it only reads chunks the turn does not write. Small work
+//! that writes waits for the drive's turn to end (one write in flight per
+//! drive's log), and so does anything queued after it on the same chunk.
 
 use crate::drive::{Drive, Unopened};
 use crate::{Config, DatapathError, PollMode, Result};
@@ -20,7 +22,7 @@ use cairn_blockdev::BlockDevice;
 use cairn_chunkproto::{Failure, FailureCode, ReactorLoad, Request, Response};
 use cairn_chunkstore::ChunkStore;
 use cairn_types::{ChunkId, DriveIndex};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,10 +34,13 @@ const IDLE_SPIN: Duration = Duration::from_micros(200);
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 const HEALTH_EVERY: Duration = Duration::from_millis(500);
 /// A message moving at least this many bytes (written, or read as the index
-/// knows them) is large work: it runs after every drive's small work, one
-/// drive at a time. A stripe's fragment (1 MiB by default) is large; a small
+/// knows them) is large work: it is started after every drive's small work and
+/// left in flight. A stripe's fragment (1 MiB by default) is large; a small
 /// object's copy, a KV value of a few pages, metadata calls are small.
 const LARGE_WORK: u64 = 256 << 10;
+/// How long a reactor with I/O in flight and nothing else to do sleeps on its
+/// mailbox before it looks at the drives' completions again.
+const IN_FLIGHT_NAP: Duration = Duration::from_micros(50);
 
 /// One message's operations and where their answers go.
 pub(crate) type Work = (Vec<Request>, oneshot::Sender<Vec<Response>>);
@@ -140,6 +145,7 @@ pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
                 open: Some((dev, *store)),
                 unopened: None,
                 failed: None,
+                turn: None,
             },
             DriveSlot::Failed {
                 name,
@@ -155,6 +161,7 @@ pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
                     location,
                 }),
                 failed: Some(why),
+                turn: None,
             },
         });
     }
@@ -192,9 +199,6 @@ pub fn start(drives: Vec<DriveSlot>, cfg: &Config) -> Result<Reactors> {
 struct Queue {
     small: BTreeMap<DriveIndex, Vec<Work>>,
     large: BTreeMap<DriveIndex, Vec<Work>>,
-    /// The drive whose large work ran last: the next large group is the next
-    /// drive's, round robin, so one drive's stream cannot hold up another's.
-    last_large: Option<DriveIndex>,
 }
 
 impl Queue {
@@ -232,23 +236,54 @@ impl Queue {
         class.entry(drive_index).or_default().push(work);
     }
 
-    fn take_small(&mut self) -> BTreeMap<DriveIndex, Vec<Work>> {
-        std::mem::take(&mut self.small)
+    /// The small work that may run now. On a drive with a turn in flight
+    /// (`busy` holds the chunks it writes) that is a message that only reads,
+    /// and reads nothing the turn writes or a message held before it writes;
+    /// the rest stays queued, in order, until the turn ends.
+    fn take_small(
+        &mut self,
+        busy: &BTreeMap<DriveIndex, &HashSet<ChunkId>>,
+    ) -> BTreeMap<DriveIndex, Vec<Work>> {
+        let mut run = std::mem::take(&mut self.small);
+        for (d, writes) in busy {
+            let Some(queued) = run.remove(d) else {
+                continue;
+            };
+            let mut now = Vec::new();
+            let mut held = Vec::new();
+            let mut held_writes: HashSet<ChunkId> = HashSet::new();
+            for w in queued {
+                let may_run = w.0.iter().all(|op| match op {
+                    Request::Get { id, .. } | Request::Stat { id, .. } => {
+                        !writes.contains(id) && !held_writes.contains(id)
+                    }
+                    Request::DriveInfo { .. } | Request::DriveDetails { .. } => true,
+                    _ => false,
+                });
+                if may_run {
+                    now.push(w);
+                } else {
+                    held_writes.extend(w.0.iter().filter_map(chunk_of));
+                    held.push(w);
+                }
+            }
+            if !now.is_empty() {
+                run.insert(*d, now);
+            }
+            if !held.is_empty() {
+                self.small.insert(*d, held);
+            }
+        }
+        run
     }
 
-    /// The next drive's large work, round robin from the last one served.
-    fn take_large(&mut self) -> Option<(DriveIndex, Vec<Work>)> {
-        let next = match self.last_large {
-            Some(last) => self
-                .large
-                .range(last + 1..)
-                .next()
-                .or_else(|| self.large.iter().next()),
-            None => self.large.iter().next(),
-        }
-        .map(|(d, _)| *d)?;
-        self.last_large = Some(next);
-        self.large.remove(&next).map(|w| (next, w))
+    /// The large work of every drive `idle` says has no turn in flight.
+    fn take_large(&mut self, idle: impl Fn(DriveIndex) -> bool) -> Vec<(DriveIndex, Vec<Work>)> {
+        let ready: Vec<DriveIndex> = self.large.keys().copied().filter(|d| idle(*d)).collect();
+        ready
+            .into_iter()
+            .filter_map(|d| self.large.remove(&d).map(|w| (d, w)))
+            .collect()
     }
 }
 
@@ -266,14 +301,17 @@ fn chunk_of(op: &Request) -> Option<ChunkId> {
     }
 }
 
-/// Runs one drive's queued messages, or answers them as misrouted.
+/// Runs one drive's queued messages (small work) or starts them (large work,
+/// left in flight), or answers them as misrouted.
 fn run_on(
     drives: &mut BTreeMap<DriveIndex, Drive>,
     d: DriveIndex,
     batches: Vec<Work>,
+    large: bool,
     load: &ReactorLoad,
 ) {
     match drives.get_mut(&d) {
+        Some(drive) if large => drive.begin(batches, load),
         Some(drive) => drive.run(batches, load),
         None => {
             for (ops, reply) in batches {
@@ -330,18 +368,42 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
                 Msg::Shutdown => stopping = true,
             }
         }
-        let busy = !queue.is_empty();
         let turn_started = Instant::now();
-        if busy {
+        // Small work that may run now, then large work started on every drive
+        // with none in flight, then the turns in flight moved on.
+        let busy: BTreeMap<DriveIndex, &HashSet<ChunkId>> = drives
+            .iter()
+            .filter_map(|(d, drive)| drive.turn.as_ref().map(|t| (*d, &t.writes)))
+            .collect();
+        let small = queue.take_small(&busy);
+        let mut ran = !small.is_empty();
+        if ran {
             load.turns += 1;
-            // Every drive's small work (per drive one group commit), then one
-            // drive's large work; what arrives meanwhile is queued next turn.
-            for (d, batches) in queue.take_small() {
-                run_on(&mut drives, d, batches, &load);
+        }
+        for (d, batches) in small {
+            run_on(&mut drives, d, batches, false, &load);
+        }
+        // Small work held behind a turn goes first: no new large work starts
+        // on this reactor's drives until it has run.
+        let large = if queue.small.is_empty() {
+            queue.take_large(|d| drives.get(&d).is_none_or(|x| x.turn.is_none()))
+        } else {
+            Vec::new()
+        };
+        ran |= !large.is_empty();
+        for (d, batches) in large {
+            load.turns += 1;
+            run_on(&mut drives, d, batches, true, &load);
+        }
+        let mut in_flight = false;
+        for d in drives.values_mut().filter(|d| d.turn.is_some()) {
+            d.progress(&load);
+            match d.turn {
+                Some(_) => in_flight = true,
+                None => ran = true,
             }
-            if let Some((d, batches)) = queue.take_large() {
-                run_on(&mut drives, d, batches, &load);
-            }
+        }
+        if ran {
             last_work = Instant::now();
         }
         // Write-back records reach stable media within about LAZY_FLUSH (this
@@ -355,15 +417,25 @@ fn reactor_loop(r: usize, drives: Vec<Drive>, rx: mpsc::Receiver<Msg>, mode: Pol
             }
             last_health = Instant::now();
         }
-        if busy {
+        if ran {
             load.busy_ns += turn_started.elapsed().as_nanos() as u64;
         }
         // Shutting down finishes the queued work first.
-        if stopping && queue.is_empty() {
+        if stopping && queue.is_empty() && !in_flight {
             break;
         }
-        if busy || mode == PollMode::Spin || last_work.elapsed() < IDLE_SPIN {
+        if ran || mode == PollMode::Spin || last_work.elapsed() < IDLE_SPIN {
             std::hint::spin_loop();
+            continue;
+        }
+        if in_flight || !queue.is_empty() {
+            // The device is working: wake for a message at once, or soon to
+            // look at completions.
+            match rx.recv_timeout(IN_FLIGHT_NAP) {
+                Ok(m) => arrived.push(m),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => stopping = true,
+            }
             continue;
         }
         // Idle: background compaction first, then sleep until a message or timeout.
@@ -439,19 +511,55 @@ mod tests {
             2,
             work((0..64).map(|i| put(2, 10 + i, 4096)).collect()),
         );
-        let small = q.take_small();
+        let small = q.take_small(&BTreeMap::new());
         assert_eq!(small.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(ids(&small[&0]), vec![3]);
         assert_eq!(ids(&small[&1]), vec![4]);
-        assert!(q.take_small().is_empty());
-        // Large work, round robin over the drives.
-        let (d, w) = q.take_large().unwrap();
-        assert_eq!((d, ids(&w)), (0, vec![1]));
+        assert!(q.take_small(&BTreeMap::new()).is_empty());
+        // Large work starts on every drive without a turn in flight.
+        let large = q.take_large(|d| d != 1);
+        assert_eq!(
+            large.iter().map(|(d, w)| (*d, ids(w))).collect::<Vec<_>>(),
+            vec![(0, vec![1]), (2, vec![10])]
+        );
         q.push(None, 0, work(vec![put(0, 6, 1 << 20)]));
-        assert_eq!(q.take_large().unwrap().0, 1);
-        assert_eq!(q.take_large().unwrap().0, 2);
-        assert_eq!(q.take_large().unwrap().0, 0, "back to the first drive");
-        assert!(q.take_large().is_none());
+        let large = q.take_large(|_| true);
+        assert_eq!(
+            large.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
+            vec![0, 1],
+            "drive 1's work waited for its turn to end"
+        );
+        assert!(q.take_large(|_| true).is_empty());
+        assert!(q.is_empty());
+    }
+
+    fn get(drive: DriveIndex, id: u8) -> Request {
+        Request::Get {
+            drive,
+            id: ChunkId([id; 16]),
+            tenant: 1,
+        }
+    }
+
+    #[test]
+    fn beside_a_turn_in_flight_only_reads_of_what_it_does_not_write_run() {
+        let mut q = Queue::default();
+        // Drive 0's turn in flight writes chunk 1.
+        let turn_writes: HashSet<ChunkId> = [ChunkId([1; 16])].into_iter().collect();
+        let busy: BTreeMap<DriveIndex, &HashSet<ChunkId>> = [(0, &turn_writes)].into();
+        q.push(None, 0, work(vec![get(0, 2)]));
+        q.push(None, 0, work(vec![get(0, 1)])); // reads what the turn writes
+        q.push(None, 0, work(vec![put(0, 3, 4096)])); // a write: one in flight per log
+        q.push(None, 0, work(vec![get(0, 3)])); // behind the held write of 3
+        q.push(None, 0, work(vec![get(0, 4), get(0, 5)]));
+        q.push(None, 1, work(vec![put(1, 1, 4096)])); // another drive: not held
+        let now = q.take_small(&busy);
+        assert_eq!(ids(&now[&0]), vec![2, 4]);
+        assert_eq!(ids(&now[&1]), vec![1]);
+        // The held ones wait, in order, and run once the turn has ended.
+        assert!(q.take_small(&busy).is_empty());
+        let later = q.take_small(&BTreeMap::new());
+        assert_eq!(ids(&later[&0]), vec![1, 3, 3]);
         assert!(q.is_empty());
     }
 
@@ -489,10 +597,10 @@ mod tests {
                 limit: 10,
             }]),
         );
-        let small = q.take_small();
+        let small = q.take_small(&BTreeMap::new());
         assert_eq!(ids(&small[&0]), vec![2]);
         assert_eq!(small[&1].len(), 1);
-        let (_, large) = q.take_large().unwrap();
+        let (_, large) = q.take_large(|_| true).remove(0);
         assert_eq!(
             ids(&large),
             vec![1, 1, 0],
