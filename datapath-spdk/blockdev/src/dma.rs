@@ -161,6 +161,12 @@ impl DmaBuf {
     }
 }
 
+impl AsRef<[u8]> for DmaBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
 fn round_len(len: usize) -> Result<usize> {
     len.max(1)
         .checked_next_multiple_of(DMA_ALIGN)

@@ -108,6 +108,9 @@ impl ChunkStore {
             self.finish(first, flight);
         } else {
             self.flights.insert(first, flight);
+            // A queue may hold submissions until it is polled (io_uring hands
+            // them to the kernel then): start them now, not at the next look.
+            self.poll();
         }
         Ticket(first)
     }
@@ -340,10 +343,7 @@ impl ChunkStore {
             }
             Then::Reads { mut out, wanted } => {
                 for ((i, id, e, rel), r) in wanted.into_iter().zip(bufs) {
-                    out[i] =
-                        Some(r.and_then(|buf| {
-                            verify(buf.as_slice().get(rel..).unwrap_or(&[]), &id, &e)
-                        }));
+                    out[i] = Some(r.and_then(|buf| verify(buf, rel, &id, &e)));
                 }
                 Done::Reads(
                     out.into_iter()

@@ -556,7 +556,10 @@ impl ChunkStore {
     }
 }
 
-pub(crate) fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
+/// The payload of the record at `rel` in `buf`, once its header crc, payload
+/// crc and identity (chunk id, tenant, seq, length) match the index entry.
+pub(crate) fn verify(buf: DmaBuf, rel: usize, id: &ChunkId, e: &Entry) -> Result<Bytes> {
+    let raw = buf.as_slice().get(rel..).unwrap_or(&[]);
     let (h, payload) =
         parse_record(raw).map_err(|m| StoreError::Corrupt(format!("chunk {id}: {m}")))?;
     if h.id != *id
@@ -570,7 +573,15 @@ pub(crate) fn verify(raw: &[u8], id: &ChunkId, e: &Entry) -> Result<Bytes> {
             "chunk {id}: record identity does not match the index"
         )));
     }
-    Ok(Bytes::copy_from_slice(payload))
+    if buf.is_pooled() {
+        // A device's DMA pool is bounded: its buffers are never lent to an
+        // answer that may wait on a slow client.
+        return Ok(Bytes::copy_from_slice(payload));
+    }
+    // Served from the buffer the device read into, without a copy.
+    let start = rel + RECORD_HEADER;
+    let end = start + payload.len();
+    Ok(Bytes::from_owner(buf).slice(start..end))
 }
 
 pub(crate) fn read_sync(qp: &mut dyn QueuePair, off: u64, len: u64) -> Result<DmaBuf> {
