@@ -27,7 +27,10 @@ struct Waiter {
     reply: Reassembly,
 }
 
-type Pending = Arc<Mutex<HashMap<u64, Waiter>>>;
+/// The calls waiting on one connection; `None` once the connection has failed
+/// and its calls were answered. A call that finds it so is not sent there: it
+/// would wait for its whole timeout on a connection no task reads.
+type Pending = Arc<Mutex<Option<HashMap<u64, Waiter>>>>;
 
 struct Call {
     request_id: u64,
@@ -116,24 +119,44 @@ impl ChunkClient {
         let request_id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let parts = encode_request_batch(request_id, &ops)?;
         drop(ops);
-        let conn = self.conn().await?;
         let (tx, rx) = oneshot::channel();
-        lock(&conn.pending).insert(
-            request_id,
-            Waiter {
-                tx,
-                reply: Reassembly::new(n),
-            },
-        );
+        let mut waiter = Some(Waiter {
+            tx,
+            reply: Reassembly::new(n),
+        });
+        // A connection that failed since it was handed out takes no call; the
+        // next one is dialled afresh (nothing was sent, so trying again is safe).
+        let mut conn = None;
+        for _ in 0..2 {
+            let c = self.conn().await?;
+            let registered = match (lock(&c.pending).as_mut(), waiter.take()) {
+                (Some(map), Some(w)) => {
+                    map.insert(request_id, w);
+                    true
+                }
+                (None, w) => {
+                    waiter = w;
+                    false
+                }
+                (Some(_), None) => false,
+            };
+            if registered {
+                conn = Some(c);
+                break;
+            }
+        }
+        let Some(conn) = conn else {
+            return Err(ProtoError::Closed);
+        };
         if conn.tx.send(Call { request_id, parts }).await.is_err() {
-            lock(&conn.pending).remove(&request_id);
+            forget(&conn.pending, request_id);
             return Err(ProtoError::Closed);
         }
         let res = match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(res)) => res,
             Ok(Err(_)) => Err(ProtoError::Closed),
             Err(_) => {
-                lock(&conn.pending).remove(&request_id);
+                forget(&conn.pending, request_id);
                 Err(ProtoError::Io(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     format!("chunk service {} did not answer in time", self.addr),
@@ -152,7 +175,7 @@ impl ChunkClient {
         let i = self.next_slot.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         let mut slot = self.slots[i].lock().await;
         if let Some(c) = slot.as_ref() {
-            if !c.tx.is_closed() {
+            if !c.tx.is_closed() && lock(&c.pending).is_some() {
                 return Ok(c.clone());
             }
         }
@@ -190,6 +213,13 @@ impl ChunkClient {
     }
 }
 
+/// Drops a call's waiter (it gave up, or was never sent).
+fn forget(pending: &Pending, request_id: u64) {
+    if let Some(map) = lock(pending).as_mut() {
+        map.remove(&request_id);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned map only means another task panicked mid-insert; the map is
     // still consistent for our use (insert/remove of whole entries).
@@ -202,10 +232,12 @@ where
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::channel::<Call>(256);
-    let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+    let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
 
+    // Closes the connection to calls (under the same lock a call registers
+    // under, so none slips in after) and fails those waiting.
     let fail_all = |pending: &Pending, why: &str| {
-        let drained: Vec<_> = lock(pending).drain().collect();
+        let drained = lock(pending).take().unwrap_or_default();
         for (_, w) in drained {
             let _ = w.tx.send(Err(ProtoError::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
@@ -236,7 +268,10 @@ where
         let why = loop {
             match decode_frame(&mut buf) {
                 Ok(Some(frame)) => {
-                    let mut pending = lock(&p);
+                    let mut guard = lock(&p);
+                    let Some(pending) = guard.as_mut() else {
+                        break "the connection failed".to_string();
+                    };
                     // A reply to a call that timed out (or was refused) is dropped.
                     let Some(w) = pending.get_mut(&frame.request_id) else {
                         continue;
@@ -274,4 +309,39 @@ where
     });
 
     Conn { tx, pending }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A connection whose server went away answers its calls and takes no
+    /// more: a call that raced with its failure once waited out the whole
+    /// timeout (30 s in mgmtd) on a connection nobody read.
+    #[tokio::test]
+    async fn a_failed_connection_takes_no_call_and_the_next_is_dialled() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let conn = spawn_conn(ours);
+        drop(theirs);
+        let t = Instant::now();
+        while lock(&conn.pending).is_some() {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the failure was not seen"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // A client holding the failed connection dials afresh (here: nothing
+        // listens, so it fails at once) instead of waiting for its timeout.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let client = ChunkClient::unconnected(addr, 1, Duration::from_secs(30));
+        *client.slots[0].lock().await = Some(conn);
+        let t = Instant::now();
+        let r = client.call(Vec::new()).await;
+        assert!(r.is_err());
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
 }

@@ -12,8 +12,11 @@
 //! - at most one write: the log is appended in order, and a later batch landing
 //!   before an earlier torn one would leave a hole that the next open must take
 //!   for damage rather than a torn tail;
-//! - a store-internal synchronous call (a flush, compaction's reads) waits for its
-//!   own I/Os only; what else completes meanwhile is kept for its ticket.
+//! - a store-internal synchronous call (compaction's reads) waits for its own
+//!   I/Os only; what else completes meanwhile is kept for its ticket;
+//! - a flush never beside a write: it covers only the writes completed before
+//!   it was submitted, so a write-back batch completing during it would be
+//!   counted as flushed when it may not be.
 
 use crate::format::{record_len, round_block, RecordHeader, RecordKind};
 use crate::store::{verify, ChunkStore, Entry, Io, WriteOutcome, IO_TIMEOUT};
@@ -181,6 +184,13 @@ impl ChunkStore {
     /// Whether the ticket's answer is ready (call [`ChunkStore::poll`] first).
     pub fn is_done(&self, t: Ticket) -> bool {
         self.done.contains_key(&t.0)
+    }
+
+    /// Whether a group commit's last batch is in flight.
+    pub(crate) fn write_in_flight(&self) -> bool {
+        self.flights
+            .values()
+            .any(|f| matches!(f.then, Then::Write { batch: Some(_), .. }))
     }
 
     /// Whether any group is in flight.

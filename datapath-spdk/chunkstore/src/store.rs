@@ -342,6 +342,13 @@ impl ChunkStore {
     /// Makes every write so far durable (write-back records included).
     pub fn flush(&mut self) -> Result<()> {
         self.check_ok()?;
+        // A flush covers the writes completed before it is submitted: a write
+        // still in flight is waited for first, or a write-back batch that
+        // completed during the flush would be counted as flushed without being
+        // so (and the next durable write could land before it).
+        if self.write_in_flight() {
+            self.settle();
+        }
         // A failed flush fails the store (in the group's completion).
         match self.io(vec![Io::Flush]).pop() {
             Some(Ok(_)) => {
@@ -362,9 +369,11 @@ impl ChunkStore {
     }
 
     /// Flushes write-back records once they have waited `age` or more.
+    /// Never waits for a write in flight: the flush comes at the next look
+    /// after it completed.
     pub fn flush_older_than(&mut self, age: Duration) -> Result<()> {
         match self.unflushed_since {
-            Some(t) if t.elapsed() >= age => self.flush(),
+            Some(t) if t.elapsed() >= age && !self.write_in_flight() => self.flush(),
             _ => Ok(()),
         }
     }
