@@ -5,6 +5,7 @@
   report.py table RAW META         RESULT lines (RAW) + key=value lines (META) -> markdown
   report.py cluster-table RAW META the same for bench/cluster.sh
   report.py kv-table RAW META      the same for bench/kv.sh
+  report.py s3load LABEL OP SIZE   bench/s3load --json (stdin) -> one RESULT line
 """
 
 import json
@@ -26,6 +27,19 @@ def fio_json(name, path):
         f"RESULT fio {name} ops={side['iops']:.0f} mbps={side['bw_bytes'] / 1e6:.1f} "
         f"n={side['total_ios']} secs={secs:.2f} p50us={p50:.0f} p99us={p99:.0f}"
     )
+
+
+def s3load_result(label, op, size):
+    """One bench/s3load --json run (stdin) as the RESULT line the tables read."""
+    lines = [x for x in sys.stdin if x.startswith("{")]
+    if not lines:
+        sys.exit("s3load printed no result")
+    d = json.loads(lines[-1])
+    f = d[op]
+    load = open("/proc/loadavg").read().split()[0]
+    print(f"RESULT s3 {label} {op} {size} ops={f['ops_per_s']:.1f} mbps={f['mb_per_s']:.1f} "
+          f"n={f['ops']} secs={d['seconds']:.2f} p50ms={f['p50_ms']:.1f} p99ms={f['p99_ms']:.1f} "
+          f"conns={d['connections']} errors={d['errors']} load={load}", flush=True)
 
 
 def parse(raw):
@@ -113,7 +127,7 @@ def table(raw, meta_path):
         L.append(f"| {label} | {lat(('fio', fio_name))} | {lat(('service', cairn_name))} | "
                  f"{lat(('local', cairn_name))} |")
     L.append("")
-    L.append(f"## B. S3: Cairn vs Garage, same client ({meta.get('s3_client', 'boto3')})")
+    L.append(f"## B. S3: Cairn vs Garage, same client ({meta.get('s3_client', 's3load')})")
     L.append("")
     garage = meta.get("garage", "")
     if garage != "ok":
@@ -307,5 +321,7 @@ if __name__ == "__main__":
         cluster_table(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "kv-table":
         kv_table(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "s3load":
+        s3load_result(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(__doc__)

@@ -22,9 +22,12 @@
 #         over the chunk protocol by bench/chunkbench (cairn_chunkproto::ChunkClient,
 #         32 tasks, 4 connections), then the in-process ChunkStore on the same file
 #         (calls of 32 operations: write_batch / get_many).
-#  B. S3, Cairn vs Garage on this machine, same client (bench/s3bench.py: boto3,
-#     8 threads, checksums "when_required", unique random bytes per 1 MiB block):
-#     PUT and GET of 4 KiB (ops/s), 1 MiB and 16 MiB (MB/s) objects.
+#  B. S3, Cairn vs Garage on this machine, same client (bench/s3load: Rust, one
+#     keep-alive connection per stream, SigV4 UNSIGNED-PAYLOAD as fast clients send
+#     it; 32 connections for 4 KiB, 8 for 1 MiB and 16 MiB; each GET phase reads 64
+#     objects its prefill wrote; warm-up not counted): PUT and GET of 4 KiB (ops/s),
+#     1 MiB and 16 MiB (MB/s) objects. `s3load ceiling` first: the client against
+#     a do-nothing responder in its own process, beside one loopback TCP stream.
 #       - Cairn: target/release/nodectl dev up (4 sparse file drives -> EC 2+2 for
 #         large objects, 3 replicas for objects <= 128 KiB; every ack after fsync).
 #       - Garage: /opt/garage/bin/garage (or $GARAGE), one node, replication_factor 1,
@@ -41,7 +44,7 @@
 #   GARAGE      garage binary (default /opt/garage/bin/garage)
 #   SKIP_BUILD=1  do not run `cargo build --release --bins` first
 #
-# Everything it starts it stops (trap on exit). Needs: cargo, fio, python3 + boto3.
+# Everything it starts it stops (trap on exit). Needs: cargo, fio, python3.
 set -euo pipefail
 
 QUICK=0
@@ -59,11 +62,10 @@ WORK=${BENCH_DIR:-/var/tmp/cairn-bench}
 GARAGE=${GARAGE:-/opt/garage/bin/garage}
 BIN=$ROOT/target/release
 if [ "$QUICK" = 1 ]; then
-  MODE=quick; DUR=3; S3DUR=3; FIO_SIZE=2G; SEQ_CAP=768; RAND_CAP=100000
+  MODE=quick; DUR=3; S3DUR=3; S3WARM=1; FIO_SIZE=2G; SEQ_CAP=768; RAND_CAP=100000
 else
-  MODE=full; DUR=10; S3DUR=10; FIO_SIZE=8G; SEQ_CAP=3072; RAND_CAP=500000
+  MODE=full; DUR=10; S3DUR=10; S3WARM=3; FIO_SIZE=8G; SEQ_CAP=3072; RAND_CAP=500000
 fi
-S3THREADS=8
 QD=32
 
 mkdir -p "$OUT/logs" "$WORK"
@@ -110,7 +112,7 @@ meta ram "$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
 meta fs "$FSTYPE on $(df "$WORK" | awk 'NR==2 {print $1}') (write cache: $(cat /sys/block/"$(basename "$(df "$WORK" | awk 'NR==2 {print $1}')")"/queue/write_cache 2>/dev/null || echo '?'))"
 meta workdir "$WORK"
 meta load_before "$(cut -d' ' -f1-3 /proc/loadavg)"
-meta s3_client "boto3 $(python3 -c 'import boto3; print(boto3.__version__)'), $S3THREADS threads, checksums when_required, ${S3DUR}s per phase"
+meta s3_client "bench/s3load, 32 connections for 4 KiB, 8 for 1 MiB and 16 MiB, ${S3DUR}s per phase after ${S3WARM}s of warm-up"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   log "cargo build --release --bins (may wait on the shared target lock)"
@@ -162,7 +164,26 @@ dd if=/dev/zero of="$FILE" bs=1M count=1 conv=notrunc,fsync status=none
 rm -f "$FILE"
 
 # ------------------------------------------------------------------ B
-S3PY=(python3 "$ROOT/bench/s3bench.py" --threads "$S3THREADS" --duration "$S3DUR" --bucket bench)
+# s3phases LABEL ENDPOINT ACCESS SECRET REGION SIZE...: a PUT phase and a GET
+# phase of each size with bench/s3load, as RESULT lines.
+s3phases() {
+  local label=$1 ep=$2 ak=$3 sk=$4 region=$5 size op conns; shift 5
+  for size in "$@"; do
+    conns=$([ "$size" = 4KiB ] && echo 32 || echo 8)
+    for op in put get; do
+      AWS_ACCESS_KEY_ID=$ak AWS_SECRET_ACCESS_KEY=$sk "$BIN/s3load" run --endpoint "$ep" \
+        --region "$region" --bucket bench --size "$size" --mix "$op=1" --connections "$conns" \
+        --duration "$S3DUR" --warmup "$S3WARM" --objects 64 --json 2>> "$OUT/logs/s3load-$label.err" \
+        | tee -a "$OUT/logs/s3load-$label.log" \
+        | python3 "$ROOT/bench/report.py" s3load "$label" "$op" "$size" | tee -a "$RAW" >&2 || return 1
+    done
+  done
+}
+S3SIZES=(4KiB 1MiB 16MiB)
+
+log "B: s3load's own ceiling (a do-nothing responder, beside one loopback TCP stream)"
+"$BIN/s3load" ceiling --size 16MiB --connections 8 --duration "$S3DUR" --warmup "$S3WARM" \
+  2> "$OUT/logs/s3load-ceiling.err" | tee "$OUT/logs/s3load-ceiling.log" >&2 || log "s3load ceiling failed; see logs"
 
 log "B: Cairn node (nodectl dev up)"
 CDIR=$WORK/cairn-node
@@ -172,9 +193,8 @@ export CAIRN_ROOT_ACCESS_KEY=benchaccesskey01 CAIRN_ROOT_SECRET_KEY=benchsecretk
 "$BIN/nodectl" dev up --data "$CDIR" --s3 "127.0.0.1:$CPORT" > "$OUT/logs/nodectl.log" 2>&1 &
 NP=$!; PIDS+=("$NP")
 if wait_port 127.0.0.1 "$CPORT" 120; then
-  "${S3PY[@]}" --endpoint "http://127.0.0.1:$CPORT" --access-key "$CAIRN_ROOT_ACCESS_KEY" \
-    --secret-key "$CAIRN_ROOT_SECRET_KEY" --region us-east-1 --create-bucket --label cairn \
-    2> "$OUT/logs/s3bench-cairn.err" | tee -a "$RAW" >&2 || log "cairn s3bench failed; see logs"
+  s3phases cairn "http://127.0.0.1:$CPORT" "$CAIRN_ROOT_ACCESS_KEY" "$CAIRN_ROOT_SECRET_KEY" \
+    us-east-1 "${S3SIZES[@]}" || log "cairn s3load failed; see $OUT/logs/s3load-cairn.err"
   # C. Encryption's cost: the same 16 MiB PUT/GET as a tenant made with
   # --no-encryption (the root's data above is sealed, as every tenant's by default).
   log "C: Cairn 16 MiB PUT/GET, encryption off (a --no-encryption tenant)"
@@ -184,9 +204,8 @@ if wait_port 127.0.0.1 "$CPORT" 120; then
      && PKEY=$(NC key create plain bench --json 2>> "$OUT/logs/nodectl.log"); then
     PAK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["access_key"])' <<< "$PKEY")
     PSK=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["secret_key"])' <<< "$PKEY")
-    "${S3PY[@]}" --endpoint "http://127.0.0.1:$CPORT" --access-key "$PAK" --secret-key "$PSK" \
-      --region us-east-1 --create-bucket --label cairn-plain --sizes 16MiB \
-      2> "$OUT/logs/s3bench-cairn-plain.err" | tee -a "$RAW" >&2 || log "plain s3bench failed; see logs"
+    s3phases cairn-plain "http://127.0.0.1:$CPORT" "$PAK" "$PSK" us-east-1 16MiB \
+      || log "plain s3load failed; see $OUT/logs/s3load-cairn-plain.err"
   else
     log "could not make the plaintext tenant; see $OUT/logs/nodectl.log"
   fi
@@ -236,12 +255,10 @@ EOF
      && G bucket allow --read --write --owner bench --key bench >> "$OUT/logs/garage-cli.log" 2>&1 \
      && wait_port 127.0.0.1 "$GPORT" 30; then
     sleep 1
-    if "${S3PY[@]}" --endpoint "http://127.0.0.1:$GPORT" --access-key "$GKEY" \
-        --secret-key "$GSECRET" --region garage --label garage \
-        2> "$OUT/logs/s3bench-garage.err" | tee -a "$RAW" >&2; then
+    if s3phases garage "http://127.0.0.1:$GPORT" "$GKEY" "$GSECRET" garage "${S3SIZES[@]}"; then
       GSTATUS=ok
     else
-      GSTATUS="s3bench against garage failed; see $OUT/logs/s3bench-garage.err"
+      GSTATUS="s3load against garage failed; see $OUT/logs/s3load-garage.err"
     fi
   else
     GSTATUS="garage did not start or set up; see $OUT/logs/garage.log, garage-cli.log"
