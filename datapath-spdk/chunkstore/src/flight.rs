@@ -19,7 +19,7 @@
 //!   counted as flushed when it may not be.
 
 use crate::format::{record_len, round_block, RecordHeader, RecordKind};
-use crate::store::{verify, ChunkStore, Entry, Io, WriteOutcome, IO_TIMEOUT};
+use crate::store::{submit_io, verify, ChunkStore, Entry, Io, WriteOutcome, IO_TIMEOUT};
 use crate::{Result, StoreError};
 use bytes::Bytes;
 use cairn_blockdev::{Completion, DmaBuf};
@@ -86,17 +86,7 @@ impl ChunkStore {
         let mut out: Vec<Option<Result<DmaBuf>>> = (0..ios.len()).map(|_| None).collect();
         let mut pending = 0;
         for (i, io) in ios.into_iter().enumerate() {
-            let tag = first + i as u64;
-            let qp = self.qp.as_mut();
-            let r = match io {
-                Io::Read { off, len } => qp
-                    .alloc_buf(len as usize)
-                    .and_then(|b| qp.submit_read(tag, off, b)),
-                Io::Write { off, buf, fua } => qp.submit_write(tag, off, buf, fua),
-                Io::Trim { off, len } => qp.submit_trim(tag, off, len),
-                Io::Flush => qp.submit_flush(tag),
-            };
-            match r {
+            match submit_io(self.qp.as_mut(), first + i as u64, io) {
                 Ok(()) => pending += 1,
                 Err(e) => out[i] = Some(Err(e.into())),
             }

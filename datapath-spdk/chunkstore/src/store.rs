@@ -322,7 +322,12 @@ impl ChunkStore {
         // A durable write never lands while write-back records before it are
         // still volatile: otherwise a power loss could keep the later write and
         // lose the earlier records under it, a hole in the log that the next
-        // open would take for corruption rather than a torn tail.
+        // open would take for corruption rather than a torn tail. A write
+        // still in flight is waited for first (its records are volatile until
+        // it completes), which also keeps one write in flight per log.
+        if ios.iter().any(|io| matches!(io, Io::Write { .. })) && self.write_in_flight() {
+            self.settle();
+        }
         if ios
             .iter()
             .any(|io| matches!(io, Io::Write { fua: true, .. }))
@@ -613,6 +618,22 @@ pub(crate) fn write_sync(qp: &mut dyn QueuePair, off: u64, buf: DmaBuf) -> Resul
     Ok(())
 }
 
+/// Hands one I/O to the queue under `tag` (a read gets a fresh buffer).
+pub(crate) fn submit_io(
+    qp: &mut dyn QueuePair,
+    tag: u64,
+    io: Io,
+) -> std::result::Result<(), cairn_blockdev::BlockError> {
+    match io {
+        Io::Read { off, len } => qp
+            .alloc_buf(len as usize)
+            .and_then(|b| qp.submit_read(tag, off, b)),
+        Io::Write { off, buf, fua } => qp.submit_write(tag, off, buf, fua),
+        Io::Trim { off, len } => qp.submit_trim(tag, off, len),
+        Io::Flush => qp.submit_flush(tag),
+    }
+}
+
 /// Submits every I/O, then collects all completions. Results are
 /// in submission order (a flush/trim yields an empty buffer placeholder).
 pub(crate) fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
@@ -620,16 +641,7 @@ pub(crate) fn run(qp: &mut dyn QueuePair, ios: Vec<Io>) -> Vec<Result<DmaBuf>> {
     let mut out: Vec<Option<Result<DmaBuf>>> = (0..n).map(|_| None).collect();
     let mut pending = 0usize;
     for (i, io) in ios.into_iter().enumerate() {
-        let tag = i as u64;
-        let r = match io {
-            Io::Read { off, len } => qp
-                .alloc_buf(len as usize)
-                .and_then(|b| qp.submit_read(tag, off, b)),
-            Io::Write { off, buf, fua } => qp.submit_write(tag, off, buf, fua),
-            Io::Trim { off, len } => qp.submit_trim(tag, off, len),
-            Io::Flush => qp.submit_flush(tag),
-        };
-        match r {
+        match submit_io(qp, i as u64, io) {
             Ok(()) => pending += 1,
             Err(e) => out[i] = Some(Err(e.into())),
         }

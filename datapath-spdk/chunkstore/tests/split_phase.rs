@@ -131,17 +131,7 @@ fn compaction_waits_for_reads_in_flight() {
         let mut s = b.format();
         // Mostly dead sealed segments, whose live chunks compaction moves
         // and whose space it releases.
-        for n in 0..24 {
-            put(&mut s, n, 50_000);
-        }
-        let dels: Vec<_> = (0..24)
-            .filter(|n| n % 4 != 0)
-            .map(|n| WriteOp::Delete {
-                id: id(n),
-                tenant: 1,
-            })
-            .collect();
-        assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
+        sparse_segments(&mut s);
         let live: Vec<_> = (0..24).step_by(4).map(|n| (id(n), 1)).collect();
         let r = s.begin_reads(&live);
         assert!(s.compact(0.5).unwrap() >= 1);

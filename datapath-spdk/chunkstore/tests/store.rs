@@ -256,22 +256,6 @@ fn no_space_is_an_error_and_too_large_is_refused() {
     }
 }
 
-/// 24 chunks of 50 kB, then all but every fourth deleted: sealed segments that
-/// are mostly dead, for compaction to reclaim.
-fn sparse_segments(s: &mut ChunkStore) {
-    for n in 0..24 {
-        put(s, n, 50_000);
-    }
-    let dels: Vec<_> = (0..24)
-        .filter(|n| n % 4 != 0)
-        .map(|n| WriteOp::Delete {
-            id: id(n),
-            tenant: 1,
-        })
-        .collect();
-    assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
-}
-
 #[test]
 fn compaction_reclaims_space_and_survives_restart() {
     for b in Backend::both(DATA_MB + 8 * SEG) {

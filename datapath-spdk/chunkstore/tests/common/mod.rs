@@ -205,3 +205,19 @@ pub fn segments(d: &[u8]) -> Vec<(usize, Option<SegmentHeader>, Option<SegmentFo
         })
         .collect()
 }
+
+/// 24 chunks of 50 kB, then all but every fourth deleted: sealed segments that
+/// are mostly dead, for compaction to reclaim.
+pub fn sparse_segments(s: &mut ChunkStore) {
+    for n in 0..24 {
+        put(s, n, 50_000);
+    }
+    let dels: Vec<_> = (0..24)
+        .filter(|n| n % 4 != 0)
+        .map(|n| WriteOp::Delete {
+            id: id(n),
+            tenant: 1,
+        })
+        .collect();
+    assert!(s.write_batch(&dels).iter().all(|r| r.is_ok()));
+}
