@@ -1117,8 +1117,11 @@ def sec_placement(c):
          short(set(acks)))
     n3.close()
     after = {k: chunks(k) for k in (1, 2, 3)}
+    # Node 3's count may only fall meanwhile: the collector frees what the
+    # section before deleted once its 30 s grace has passed, which "settled"
+    # cannot see coming (seen in a local CI run: 124 -> 121 on node 3).
     R.ok("node 3's drives took no chunk of them; nodes 1 and 2 took them",
-         after[3] == before[3] and after[1] > before[1] and after[2] > before[2],
+         after[3] <= before[3] and after[1] > before[1] and after[2] > before[2],
          f"chunks before {before}, after {after}")
     # Node 1 reads them only once node 2 is down: it has never served them, so
     # its RAM tier cannot answer, and its reads need the copies on its own drives
