@@ -197,21 +197,23 @@ impl ChunkStore {
             if !self.flights.contains_key(&t.0) {
                 return None;
             }
-            if !self.poll() {
-                if let Err(e) = self.qp.wait(Duration::from_millis(100)) {
-                    tracing::warn!(device = %self.device.name, "queue wait failed: {e}");
-                }
-            }
+            self.look();
         }
     }
 
     /// Waits until nothing is in flight (answers stay kept for their tickets).
     pub(crate) fn settle(&mut self) {
         while !self.flights.is_empty() {
-            if !self.poll() {
-                if let Err(e) = self.qp.wait(Duration::from_millis(100)) {
-                    tracing::warn!(device = %self.device.name, "queue wait failed: {e}");
-                }
+            self.look();
+        }
+    }
+
+    /// One look at the queue for a blocking caller: finish what completed, or
+    /// sleep until something does (at most 100 ms).
+    fn look(&mut self) {
+        if !self.poll() {
+            if let Err(e) = self.qp.wait(Duration::from_millis(100)) {
+                tracing::warn!(device = %self.device.name, "queue wait failed: {e}");
             }
         }
     }

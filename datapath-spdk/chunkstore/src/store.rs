@@ -322,10 +322,16 @@ impl ChunkStore {
         // A durable write never lands while write-back records before it are
         // still volatile: otherwise a power loss could keep the later write and
         // lose the earlier records under it, a hole in the log that the next
-        // open would take for corruption rather than a torn tail. A write
-        // still in flight is waited for first (its records are volatile until
-        // it completes), which also keeps one write in flight per log.
-        if ios.iter().any(|io| matches!(io, Io::Write { .. })) && self.write_in_flight() {
+        // open would take for corruption rather than a torn tail. A write or
+        // flush first waits for a write in flight: that keeps one write in flight
+        // per log, and a flush covers only the writes completed before it is
+        // submitted, so a write-back batch completing during it would be counted
+        // as flushed when it may not be.
+        if ios
+            .iter()
+            .any(|io| matches!(io, Io::Write { .. } | Io::Flush))
+            && self.write_in_flight()
+        {
             self.settle();
         }
         if ios
@@ -347,14 +353,7 @@ impl ChunkStore {
     /// Makes every write so far durable (write-back records included).
     pub fn flush(&mut self) -> Result<()> {
         self.check_ok()?;
-        // A flush covers the writes completed before it is submitted: a write
-        // still in flight is waited for first, or a write-back batch that
-        // completed during the flush would be counted as flushed without being
-        // so (and the next durable write could land before it).
-        if self.write_in_flight() {
-            self.settle();
-        }
-        // A failed flush fails the store (in the group's completion).
+        // `io` waits for a write in flight first (see there). A failed flush fails the store (in the group's completion).
         match self.io(vec![Io::Flush]).pop() {
             Some(Ok(_)) => {
                 self.unflushed_since = None;

@@ -125,6 +125,11 @@ fn a_failed_write_in_flight_fails_its_ops_and_the_store() {
     assert!(matches!(s.get(id(2), 1), Err(StoreError::NotFound)));
 }
 
+/// Gets handed to the queue before a compaction that moves their chunks and
+/// releases the segments they were read from are answered with the right
+/// bytes after it. Neither device here holds a read long enough for the
+/// release to overtake it, so this checks the answers, not the ordering that
+/// `settle` in `compact_until` guarantees.
 #[test]
 fn compaction_waits_for_reads_in_flight() {
     for b in Backend::both(DATA_MB + 8 * SEG) {
